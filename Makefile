@@ -1,0 +1,47 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+RUNS ?= runs
+STAMP := $(VENV)/.closedloop-installed
+
+.PHONY: venv demo test lint format dashboard lab pretrain bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(BIN)/closedloop demo --run-dir $(RUNS)
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+dashboard: venv
+	$(BIN)/closedloop dashboard $(RUNS)
+
+lab: venv
+	$(PY) -m pip install -q -e '.[dev,lab]'
+	$(BIN)/jupyter lab notebooks/
+
+pretrain: venv
+	$(BIN)/closedloop pretrain
+
+bench: venv
+	$(PY) benchmarks/grpo_tiny.py
+
+clean:
+	rm -rf $(RUNS) .pytest_cache .ruff_cache

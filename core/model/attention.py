@@ -1,0 +1,70 @@
+"""Core attention of the megatron actor: RoPE + causal attention over the full sequence.
+
+Supplied to megatron-core through ``ModuleSpec`` (``self_attention.submodules.core_attention``),
+replacing ``DotProductAttention`` (which allocates CUDA buffers). megatron applies no position
+embedding (``position_embedding_type="none"``): RoPE is applied here, from positions derived from
+the key-padding mask that the actor passes as megatron's ``attention_mask`` ([B, 1, 1, T] bool,
+True = masked, megatron's convention). With ``dsa_topk > 0`` attention runs over the DSA Top-k keys.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.model.rope import apply_rope, positions_from_padding, rope_angles
+
+
+def causal_padding_mask(key_valid: torch.Tensor) -> torch.Tensor:
+    """Boolean "may attend" mask for left/right padded batches.
+
+    Args:
+        key_valid: [B, T] bool.
+    Returns:
+        [B, 1, T, T] bool: causal and key-valid; every query may attend to itself (so padded
+        query rows are never empty).
+    """
+    t = key_valid.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=key_valid.device).tril()
+    allowed = causal[None] & key_valid[:, None, :]
+    allowed = allowed | torch.eye(t, dtype=torch.bool, device=key_valid.device)[None]
+    return allowed[:, None]
+
+
+class ActorCoreAttention(nn.Module):
+    """megatron-compatible core attention (signature of ``DotProductAttention.forward``)."""
+
+    def __init__(self, config, layer_number: int, attn_mask_type=None, attention_type=None,
+                 cp_comm_type=None, softmax_scale=None, pg_collection=None, **_: object) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_number = layer_number  # megatron numbers layers from 1
+        self.head_dim = config.kv_channels
+        self.rope_base = getattr(config, "closedloop_rope_base", 10000.0)
+        self.dsa = None  # set by the actor builder when DSA is enabled
+        self.last_selection = None
+
+    def forward(self, query, key, value, attention_mask, attn_mask_type=None,
+                attention_bias=None, packed_seq_params=None):
+        """query [S, B, Hq, D], key/value [S, B, Hkv, D], attention_mask [B, 1, 1, S] bool
+        (True = padding). Returns [S, B, Hq * D]."""
+        q = query.permute(1, 0, 2, 3)  # [B, S, Hq, D]
+        k = key.permute(1, 0, 2, 3)  # [B, S, Hkv, D]
+        v = value.permute(1, 0, 2, 3)
+        key_valid = ~attention_mask[:, 0, 0, :]  # [B, S]
+        pos = positions_from_padding(key_valid)  # [B, S]
+        cos, sin = rope_angles(pos, self.head_dim, self.rope_base)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.dsa is not None:
+            out, self.last_selection = self.dsa(q, k, v, pos, key_valid)
+        else:
+            rep = q.shape[2] // k.shape[2]
+            kr = k.repeat_interleave(rep, dim=2)
+            vr = v.repeat_interleave(rep, dim=2)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2),
+                attn_mask=causal_padding_mask(key_valid),
+            ).transpose(1, 2)  # [B, S, Hq, D]
+        b, s, h, d = out.shape
+        return out.reshape(b, s, h * d).transpose(0, 1).contiguous()

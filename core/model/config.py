@@ -1,0 +1,92 @@
+"""Policy architecture config, shared by the megatron actor and the embedded rollout engine.
+
+A GLM-style decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU FFN, optional MoE FFN layers
+(top-k of E experts) and an optional DSA Top-k sparse core attention. Both engines read this one
+config, so the same checkpoint means the same function in each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 384
+    """Vocabulary size (tokenizer's, padded to a multiple of 8)."""
+    hidden_size: int = 128
+    """Model width."""
+    num_layers: int = 4
+    """Number of decoder layers."""
+    num_heads: int = 4
+    """Query heads."""
+    num_kv_heads: int = 2
+    """Key/value heads (GQA groups); must divide num_heads."""
+    ffn_hidden_size: int = 352
+    """SwiGLU inner width."""
+    rope_base: float = 10000.0
+    """RoPE base frequency."""
+    norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    max_seq_len: int = 64
+    """Longest prompt + response the engines accept."""
+    moe_layers: tuple[int, ...] = ()
+    """Indices of layers whose FFN is a mixture of experts (empty: dense)."""
+    num_experts: int = 4
+    """Experts per MoE layer."""
+    moe_topk: int = 2
+    """Experts routed per token."""
+    dsa_topk: int = 0
+    """DSA sparse attention: keys selected per query (0: dense attention)."""
+    dsa_index_heads: int = 2
+    """DSA indexer heads."""
+    dsa_index_dim: int = 16
+    """DSA indexer dimension."""
+    dsa_trainable: bool = False
+    """Train the DSA indexer (GLM-5 freezes it)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads")
+        _positive(self, "ffn_hidden_size", "max_seq_len", "num_experts", "moe_topk")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}"
+            )
+        if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} must be num_heads × an even head dim"
+            )
+        if not 1 <= self.moe_topk <= self.num_experts:
+            raise ValueError(f"model.moe_topk must be in [1, num_experts={self.num_experts}]")
+        for layer in self.moe_layers:
+            if not 0 <= layer < self.num_layers:
+                raise ValueError(f"model.moe_layers entry {layer} outside [0, {self.num_layers})")
+        if self.dsa_topk < 0:
+            raise ValueError("model.dsa_topk must be >= 0 (0 = dense attention)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["moe_layers"] = list(self.moe_layers)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown model config keys {sorted(unknown)}; allowed: {sorted(known)}")
+        d = dict(d)
+        if "moe_layers" in d:
+            d["moe_layers"] = tuple(d["moe_layers"])
+        return cls(**d)
+
+
+def _positive(cfg: ModelConfig, *names: str) -> None:
+    for name in names:
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"model.{name}={getattr(cfg, name)} must be > 0")

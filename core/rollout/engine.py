@@ -1,0 +1,223 @@
+"""Embedded rollout engine: token-in/token-out batched generation with a KV cache.
+
+A separate implementation of the policy's math from the megatron actor (its own parameter
+layout — separate q/k/v, gate/up — its own attention kernel and KV cache), as vLLM/SGLang are
+separate from Megatron in production, so train/rollout mismatch is real. Precision ``fp32`` or
+``bf16`` (matmuls in bf16, norms/softmax in fp32). Prompts are left-padded; positions count from
+each sample's first real token. Linear weights may be replaced by quantized weights
+(any object with ``.linear(x)``), which the quantization path installs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from core.model.config import ModelConfig
+from core.model.moe import route
+from core.model.rope import apply_rope, positions_from_padding, rope_angles
+from core.rollout.sampling import SamplingParams, sample_tokens
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass
+class RolloutBatch:
+    """What the engine hands back for a batch of prompts (tensors on the CPU).
+
+    prompt_ids [B, Tp] left-padded, prompt_valid [B, Tp] bool, response_ids [B, Tr] (pad after
+    the stop), response_mask [B, Tr] bool (True on generated tokens incl. EOS), logprobs [B, Tr]
+    fp32 (0 where masked), finished [B] bool (EOS seen), routes {layer: [B, Tp+Tr, k]},
+    topk {layer: TopkSelection-like record} from the DSA layers.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_valid: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    logprobs: torch.Tensor
+    finished: torch.Tensor
+    policy_version: int
+    routes: dict = field(default_factory=dict)
+    topk: dict = field(default_factory=dict)
+
+    def finish_reasons(self) -> list[str]:
+        return ["stop" if f else "length" for f in self.finished.tolist()]
+
+    def sample(self, i: int) -> dict:
+        """Per-sample token-out view: token IDs, log-probs, finish reason, policy version."""
+        m = self.response_mask[i]
+        return {
+            "token_ids": self.response_ids[i][m].tolist(),
+            "logprobs": self.logprobs[i][m].tolist(),
+            "finish_reason": self.finish_reasons()[i],
+            "policy_version": self.policy_version,
+        }
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """prompts -> (ids [B, T], valid [B, T] bool), left-padded."""
+    t = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), t), pad_id, dtype=torch.int64)
+    valid = torch.zeros((len(prompts), t), dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        if p:
+            ids[i, t - len(p) :] = torch.tensor(p, dtype=torch.int64)
+            valid[i, t - len(p) :] = True
+    return ids, valid
+
+
+class RolloutEngine:
+    """Generates with weights in the engine's own layout (see ``core.sync.convert``)."""
+
+    def __init__(self, cfg: ModelConfig, *, precision: str = "fp32", dsa=None) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"rollout.precision={precision!r} not in {sorted(PRECISIONS)}")
+        self.cfg = cfg
+        self.precision = precision
+        self.dtype = PRECISIONS[precision]
+        self.weights: dict[str, object] = {}
+        self.policy_version = -1
+        self.dsa = dsa or {}  # layer -> callable(q, k, v, q_pos, key_valid) -> (out, selection)
+
+    # ---- weights -------------------------------------------------------------------------
+    def load_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Install weights (engine layout); float tensors are cast to the engine precision."""
+        self.weights = {
+            k: (v.to(self.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+            for k, v in weights.items()
+        }
+        self.policy_version = version
+
+    def _lin(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        w = self.weights[name]
+        if isinstance(w, torch.Tensor):
+            return x @ w.t()
+        return w.linear(x)
+
+    def _norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps)
+        return (xf * self.weights[name].float()).to(self.dtype)
+
+    # ---- forward over a chunk with the cache ---------------------------------------------
+    def _ffn(self, l: int, x: torch.Tensor, routes: dict) -> torch.Tensor:
+        p = f"layers.{l}."
+        if l not in self.cfg.moe_layers:
+            return self._lin(p + "w_down", F.silu(self._lin(p + "w_gate", x)) * self._lin(p + "w_up", x))
+        b, t, h = x.shape
+        flat = x.reshape(b * t, h)
+        experts, gates = route(self._lin(p + "router", flat), self.cfg.moe_topk)
+        routes.setdefault(l, []).append(experts.reshape(b, t, -1))
+        out = torch.zeros_like(flat)
+        for e in range(self.cfg.num_experts):
+            hit = experts == e
+            rows = hit.any(-1).nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            xe = flat[rows]
+            g = xe @ self.weights[p + "experts.w_gate"][e].t()
+            u = xe @ self.weights[p + "experts.w_up"][e].t()
+            y = (F.silu(g) * u) @ self.weights[p + "experts.w_down"][e].t()
+            out[rows] += y * (gates * hit).sum(-1)[rows, None].to(self.dtype)
+        return out.reshape(b, t, h)
+
+    def _attend(self, l, q, k_all, v_all, q_idx, q_pos, key_valid, topk) -> torch.Tensor:
+        """q [B, T, Hq, D]; k_all/v_all [B, Tk, Hkv, D]; q_idx [T] absolute slots."""
+        if l in self.dsa:
+            out, sel = self.dsa[l](q, k_all, v_all, q_pos, key_valid, q_idx)
+            topk.setdefault(l, []).append(sel)
+            return out
+        rep = q.shape[2] // k_all.shape[2]
+        k = k_all.repeat_interleave(rep, dim=2).float()
+        v = v_all.repeat_interleave(rep, dim=2).float()
+        scores = torch.einsum("bthd,bshd->bhts", q.float(), k) / q.shape[-1] ** 0.5
+        tk = k_all.shape[1]
+        kpos = torch.arange(tk)
+        allowed = (kpos[None, :] <= q_idx[:, None])[None] & key_valid[:, None, :]  # [B, T, Tk]
+        allowed |= kpos[None, None, :] == q_idx[None, :, None]
+        scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+        out = torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v)
+        return out.to(self.dtype)
+
+    def _forward(self, ids, key_valid, start: int, cache: list, routes: dict, topk: dict):
+        """ids [B, T] for slots start..start+T; key_valid [B, start+T]. Returns logits [B, T, V]."""
+        cfg = self.cfg
+        b, t = ids.shape
+        pos_all = positions_from_padding(key_valid)  # [B, start+T]
+        q_pos = pos_all[:, start:]
+        q_idx = torch.arange(start, start + t)
+        cos, sin = rope_angles(q_pos, cfg.head_dim, cfg.rope_base)
+        x = self.weights["embed"][ids]  # [B, T, H]
+        for l in range(cfg.num_layers):
+            p = f"layers.{l}."
+            h = self._norm(p + "attn_norm", x)
+            q = self._lin(p + "wq", h).view(b, t, cfg.num_heads, cfg.head_dim)
+            k = self._lin(p + "wk", h).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+            v = self._lin(p + "wv", h).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            cache[l][0][:, start : start + t] = k
+            cache[l][1][:, start : start + t] = v
+            k_all, v_all = cache[l][0][:, : start + t], cache[l][1][:, : start + t]
+            a = self._attend(l, q, k_all, v_all, q_idx, q_pos, key_valid, topk)
+            x = x + self._lin(p + "wo", a.reshape(b, t, -1))
+            x = x + self._ffn(l, self._norm(p + "ffn_norm", x), routes)
+        return self._lin("lm_head", self._norm("final_norm", x)).float()
+
+    def _new_cache(self, b: int, t: int) -> list:
+        shape = (b, t, self.cfg.num_kv_heads, self.cfg.head_dim)
+        return [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype))
+                for _ in range(self.cfg.num_layers)]
+
+    # ---- public API --------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams, *, eos_id: int,
+                 pad_id: int, generator: torch.Generator | None = None,
+                 greedy: bool = False) -> RolloutBatch:
+        """Token IDs in, token IDs + log-probs + finish reasons out."""
+        if not self.weights:
+            raise RuntimeError("rollout engine has no weights: call load_weights (weight sync) first")
+        prompt_ids, prompt_valid = left_pad(prompts, pad_id)
+        b, tp = prompt_ids.shape
+        tr = params.max_new_tokens
+        if tp + tr > self.cfg.max_seq_len:
+            raise ValueError(f"prompt ({tp}) + max_new_tokens ({tr}) > model.max_seq_len={self.cfg.max_seq_len}")
+        cache = self._new_cache(b, tp + tr)
+        routes: dict = {}
+        topk: dict = {}
+        key_valid = prompt_valid.clone()
+        logits = self._forward(prompt_ids, key_valid, 0, cache, routes, topk)[:, -1]
+        out_ids = torch.full((b, tr), pad_id, dtype=torch.int64)
+        out_lp = torch.zeros((b, tr), dtype=torch.float32)
+        mask = torch.zeros((b, tr), dtype=torch.bool)
+        done = torch.zeros(b, dtype=torch.bool)
+        for s in range(tr):
+            tok, lp = sample_tokens(logits, params, generator, greedy=greedy)
+            alive = ~done
+            out_ids[:, s] = torch.where(alive, tok, pad_id)
+            out_lp[:, s] = torch.where(alive, lp, 0.0)
+            mask[:, s] = alive
+            done = done | (alive & (tok == eos_id))
+            if bool(done.all()) or s == tr - 1:
+                break
+            key_valid = torch.cat([key_valid, alive[:, None]], dim=1)
+            logits = self._forward(out_ids[:, s : s + 1], key_valid, tp + s, cache, routes, topk)[:, -1]
+        return RolloutBatch(
+            prompt_ids, prompt_valid, out_ids, mask, out_lp, done, self.policy_version,
+            routes={l: torch.cat(r, dim=1) for l, r in routes.items()}, topk=topk,
+        )
+
+    @torch.no_grad()
+    def prefill_logprobs(self, ids: torch.Tensor, valid: torch.Tensor, temperature: float = 1.0):
+        """Teacher-forced log-probs of ids[:, 1:] given the prefix (the sync probe).
+
+        Args:
+            ids: [B, T] int64; valid: [B, T] bool.
+        Returns:
+            [B, T-1] fp32.
+        """
+        cache = self._new_cache(ids.shape[0], ids.shape[1])
+        logits = self._forward(ids, valid, 0, cache, {}, {})[:, :-1] / temperature
+        return logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
