@@ -1,0 +1,1 @@
+"""Verifiable tasks for RL post-training (currently ``arithmetic``)."""

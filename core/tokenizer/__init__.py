@@ -1,0 +1,34 @@
+"""Tokenizer, chat template and TITO checks (see the modules for details)."""
+
+from core.tokenizer.chat_template import (
+    CHAT_TEMPLATE,
+    CHAT_TEMPLATE_REV,
+    encode_prompt,
+    encode_response,
+    render_prompt,
+)
+from core.tokenizer.tito import prefix_hashes, retokenize, tito_violations
+from core.tokenizer.tokenizer import (
+    DEFAULT_TOKENIZER_PATH,
+    SPECIAL_TOKENS,
+    Tokenizer,
+    default_tokenizer,
+)
+from core.tokenizer.train import build_tokenizer_asset, train_tokenizer
+
+__all__ = [
+    "CHAT_TEMPLATE",
+    "CHAT_TEMPLATE_REV",
+    "DEFAULT_TOKENIZER_PATH",
+    "SPECIAL_TOKENS",
+    "Tokenizer",
+    "build_tokenizer_asset",
+    "default_tokenizer",
+    "encode_prompt",
+    "encode_response",
+    "prefix_hashes",
+    "render_prompt",
+    "retokenize",
+    "tito_violations",
+    "train_tokenizer",
+]

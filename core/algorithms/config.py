@@ -1,0 +1,56 @@
+"""GRPO + trust-mask hyperparameters (the ``[algorithm]`` config section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.algorithms.aggregation import AGG_MODES
+from core.algorithms.trust import TRUST_RULES
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    name: str = "grpo"
+    """Algorithm (``grpo``)."""
+    prompts_per_step: int = 8
+    """B: prompts per optimizer step."""
+    group_size: int = 8
+    """G: responses per prompt (≥ 2 for a group baseline)."""
+    trust_rule: str = "icepop"
+    """``icepop`` | ``dis`` | ``none`` (no train/rollout trust mask)."""
+    icepop_beta: float = 2.0
+    """IcePop band [1/β, β] on π_train/π_rollout (β > 1)."""
+    eps_low: float = 0.2
+    """PPO clip (and DIS band) below 1."""
+    eps_high: float = 0.28
+    """PPO clip (and DIS band) above 1."""
+    adv_eps: float = 1e-6
+    """ε in (R − mean)/(std + ε)."""
+    loss_agg_mode: str = "token-mean"
+    """Token aggregation (see ``core.algorithms.aggregation``)."""
+    staleness_limit: int = 4
+    """τ: samples with v_train − v_rollout > τ are dropped (status ``stale``)."""
+
+    def __post_init__(self) -> None:
+        if self.name != "grpo":
+            raise ValueError(f"algorithm.name={self.name!r} not in ['grpo']")
+        if self.prompts_per_step < 1:
+            raise ValueError(f"algorithm.prompts_per_step={self.prompts_per_step} must be >= 1")
+        if self.group_size < 2:
+            raise ValueError(f"algorithm.group_size={self.group_size} must be >= 2")
+        if self.trust_rule not in TRUST_RULES:
+            raise ValueError(f"algorithm.trust_rule={self.trust_rule!r} not in {list(TRUST_RULES)}")
+        if not self.icepop_beta > 1:
+            raise ValueError(f"algorithm.icepop_beta={self.icepop_beta} must be > 1")
+        if not 0 <= self.eps_low < 1:
+            raise ValueError(f"algorithm.eps_low={self.eps_low} must be in [0, 1)")
+        if self.eps_high < 0:
+            raise ValueError(f"algorithm.eps_high={self.eps_high} must be >= 0")
+        if self.adv_eps <= 0:
+            raise ValueError(f"algorithm.adv_eps={self.adv_eps} must be > 0")
+        if self.loss_agg_mode not in AGG_MODES:
+            raise ValueError(
+                f"algorithm.loss_agg_mode={self.loss_agg_mode!r} not in {list(AGG_MODES)}"
+            )
+        if self.staleness_limit < 0:
+            raise ValueError(f"algorithm.staleness_limit={self.staleness_limit} must be >= 0")

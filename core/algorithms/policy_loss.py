@@ -1,0 +1,55 @@
+"""GRPO/PPO clipped policy loss over trusted tokens.
+
+    r_t = exp(logp_t − old_logp_t),
+    L   = −agg_t[ min(r_t Â, clip(r_t, 1 − ε_l, 1 + ε_h) Â) ]   over mask (trusted action tokens).
+
+Asymmetric clip (ε_l = 0.2, ε_h = 0.28: "clip-higher"). ``clip_fraction`` counts tokens where the
+clipped branch is the active minimum (the gradient is zero there).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.algorithms.aggregation import aggregate
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    agg_mode: str = "token-mean",
+    denominator: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """Clipped surrogate loss.
+
+    Args:
+        logp: [B, T] current log-probs (with grad).
+        old_logp: [B, T] log-probs of the policy that the step started from (detached).
+        advantages: [B] per-sequence (GRPO) or [B, T] per-token advantages.
+        mask: [B, T] bool, trusted action tokens.
+    Returns:
+        (loss scalar, metrics: ``ratio`` [B, T], ``clip_fraction``, ``ratio_mean`` scalars).
+    """
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    log_ratio = logp - old_logp
+    # Masked tokens (padding, trust-rejected) may hold ±inf/NaN log-probs; zero their log-ratio so
+    # 0·inf = NaN cannot leak into the loss or its gradient. The ``ratio`` metric stays raw.
+    ratio = torch.exp(torch.where(mask, log_ratio, torch.zeros_like(log_ratio)))
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    loss = aggregate(per_token, mask, mode=agg_mode, denominator=denominator)
+    m = mask.float()
+    is_clipped = (clipped < unclipped).float()
+    n = m.sum().clamp_min(1.0)
+    metrics = {
+        "ratio": torch.exp(log_ratio.detach()),
+        "clip_fraction": (is_clipped * m).sum() / n,
+        "ratio_mean": (ratio.detach() * m).sum() / n,
+    }
+    return loss, metrics

@@ -1,0 +1,58 @@
+"""Trust masks over the train/rollout log-prob ratio ρ_t = π_train(a_t|s_t) / π_rollout(a_t|s_t).
+
+- IcePop (GLM-5 reasoning RL): m_t = 1[1/β ≤ ρ_t ≤ β] (boundaries kept), β = 2 by default.
+- DIS (direct double-sided IS, async agentic RL): keep ρ_t strictly inside (1 − ε_l, 1 + ε_h);
+  tokens below are ``dis_low``, above ``dis_high``.
+- ``none``: every action token is trusted (the ``icepop-off`` fault).
+Ratios are computed as exp(Δ) in fp32 from log-probs; the mask is bool and only ever True on
+action tokens. Reason codes match the telemetry enum ``mask_reason``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+KEPT, ICEPOP, DIS_LOW, DIS_HIGH, NOT_ACTION, STALE_CODE = 0, 1, 2, 3, 4, 5
+REASONS = ("kept", "icepop", "dis_low", "dis_high", "not_action", "stale")
+TRUST_RULES = ("icepop", "dis", "none")
+
+
+def trust_mask(
+    train_logp: torch.Tensor,
+    rollout_logp: torch.Tensor,
+    action_mask: torch.Tensor,
+    *,
+    rule: str = "icepop",
+    beta: float = 2.0,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+) -> tuple[torch.Tensor, dict]:
+    """Which action tokens may carry gradient.
+
+    Args:
+        train_logp: [B, T] train-engine log-probs (detached).
+        rollout_logp: [B, T] rollout-engine log-probs.
+        action_mask: [B, T] bool, True on action tokens.
+    Returns:
+        (mask [B, T] bool, metrics) with ``reason`` [B, T] int8 codes (index into ``REASONS``),
+        ``ratio`` [B, T] fp32, ``masked_fraction`` scalar (masked action tokens / action tokens).
+    """
+    if rule not in TRUST_RULES:
+        raise ValueError(f"algorithm.trust_rule={rule!r} not in {TRUST_RULES}")
+    ratio = torch.exp(train_logp.float() - rollout_logp.float())
+    reason = torch.full_like(ratio, KEPT, dtype=torch.int8)
+    # Written as "not inside" so a NaN ratio (e.g. both log-probs −inf) is masked, never kept.
+    if rule == "icepop":
+        reason[~((ratio >= 1.0 / beta) & (ratio <= beta))] = ICEPOP
+    elif rule == "dis":
+        reason[~(ratio < 1.0 + eps_high)] = DIS_HIGH
+        reason[ratio <= 1.0 - eps_low] = DIS_LOW
+    reason[~action_mask] = NOT_ACTION
+    mask = reason == KEPT
+    n_action = action_mask.sum().clamp_min(1)
+    metrics = {
+        "reason": reason,
+        "ratio": ratio,
+        "masked_fraction": (action_mask & ~mask).sum() / n_action,
+    }
+    return mask, metrics

@@ -1,0 +1,49 @@
+"""Rollout-engine settings (the ``[rollout]`` config section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.rollout.sampling import LOGPROB_MODES, SamplingParams
+
+PRECISION_CHOICES = ("fp32", "bf16", "w4a16", "w8a16", "fp8")
+TOPK_MODES = ("deterministic", "nondeterministic")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    precision: str = "fp32"
+    """Engine numerics: ``fp32``, ``bf16``, or quantized weights ``w4a16`` / ``w8a16`` / ``fp8``."""
+    quant_preset: str = "int4-g32-sym"
+    """Quantizer preset for ``w4a16`` (see ``core.quant``)."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0)."""
+    top_p: float = 1.0
+    """Nucleus mass in (0, 1]."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    max_new_tokens: int = 8
+    """Response token limit."""
+    logprob_mode: str = "processed"
+    """``processed`` (correct) | ``raw`` (untempered log-probs: the logprob-mode bug)."""
+    sync_every: int = 1
+    """Sync weights to the rollout every K optimizer steps (K > 1: policy lag)."""
+    topk_mode: str = "deterministic"
+    """DSA Top-k kernel: ``deterministic`` | ``nondeterministic`` (fault emulation)."""
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISION_CHOICES:
+            raise ValueError(f"rollout.precision={self.precision!r} not in {list(PRECISION_CHOICES)}")
+        if self.logprob_mode not in LOGPROB_MODES:
+            raise ValueError(f"rollout.logprob_mode={self.logprob_mode!r} not in {list(LOGPROB_MODES)}")
+        if self.sync_every < 1:
+            raise ValueError(f"rollout.sync_every={self.sync_every} must be >= 1")
+        if self.topk_mode not in TOPK_MODES:
+            raise ValueError(f"rollout.topk_mode={self.topk_mode!r} not in {list(TOPK_MODES)}")
+        self.sampling()  # validates temperature / top_p / top_k / max_new_tokens
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens, logprob_mode=self.logprob_mode,
+        )

@@ -1,0 +1,65 @@
+"""Starting a run: its directory ``RUNS/<run_id>/``, resolved config, log and telemetry sink."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from core.config import RunConfig
+from core.telemetry import NullTelemetry
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def new_run_dir(runs_root: str | Path, name: str = "grpo") -> Path:
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-{uuid.uuid4().hex[:6]}"
+    path = Path(runs_root) / run_id
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+def open_telemetry(kind: str, run_dir: Path, cfg: RunConfig, *, tokenizer_rev: str,
+                   chat_template_rev: str, vocab_size: int):
+    """``none`` → ``NullTelemetry``; ``duckdb`` → the Parquet-parts store of ``observability``."""
+    if kind == "none":
+        return NullTelemetry(run_id=run_dir.name, run_dir=str(run_dir))
+    if kind != "duckdb":
+        raise ValueError(f"--telemetry {kind!r} not in ['duckdb', 'none']")
+    from observability import DuckDBTelemetry
+
+    a = cfg.algorithm
+    info = {
+        "config": cfg.to_dict(), "git_sha": git_sha(), "device": "cpu", "algorithm": a.name,
+        "tokenizer_rev": tokenizer_rev, "chat_template_rev": chat_template_rev,
+        "vocab_size": vocab_size, "icepop_beta": a.icepop_beta if a.trust_rule == "icepop" else None,
+        "dis_eps_low": a.eps_low if a.trust_rule == "dis" else None,
+        "dis_eps_high": a.eps_high if a.trust_rule == "dis" else None,
+        "staleness_limit": a.staleness_limit,
+    }
+    return DuckDBTelemetry(run_dir, run_id=run_dir.name, run_info=info, config=cfg.telemetry)
+
+
+def write_resolved_config(run_dir: Path, cfg: RunConfig) -> None:
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def file_logger(run_dir: Path) -> logging.Logger:
+    log = logging.getLogger(f"closedloop.{run_dir.name}")
+    log.setLevel(logging.INFO)
+    handler = logging.FileHandler(run_dir / "train.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    log.addHandler(handler)
+    return log

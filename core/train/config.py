@@ -1,0 +1,58 @@
+"""Optimizer and loop settings (the ``[optim]`` and ``[train]`` config sections)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-4
+    """AdamW learning rate (> 0)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (≥ 0)."""
+    beta1: float = 0.9
+    """AdamW β1 in [0, 1)."""
+    beta2: float = 0.99
+    """AdamW β2 in [0, 1)."""
+    grad_clip: float = 1.0
+    """Global grad-norm clip (0 = off)."""
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"optim.lr={self.lr} must be > 0")
+        if self.weight_decay < 0:
+            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"optim.{name}={getattr(self, name)} must be in [0, 1)")
+        if self.grad_clip < 0:
+            raise ValueError(f"optim.grad_clip={self.grad_clip} must be >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 40
+    """Optimizer steps."""
+    seed: int = 0
+    """Seed of prompts, sampling and initialization."""
+    base_model: str = "core/assets/base_model"
+    """Checkpoint directory the actor starts from (relative to the repo root)."""
+    eval_every: int = 10
+    """Greedy held-out accuracy every N steps (0 = only at the start and end)."""
+    eval_size: int = 128
+    """Held-out prompts per evaluation."""
+    retokenize: bool = False
+    """Fault: the trainer re-tokenizes decoded text instead of using the rollout's token IDs."""
+    probe_size: int = 8
+    """Probe batch size for the weight-sync log-prob check."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"train.steps={self.steps} must be >= 0")
+        if self.eval_every < 0:
+            raise ValueError(f"train.eval_every={self.eval_every} must be >= 0")
+        if self.eval_size < 1:
+            raise ValueError(f"train.eval_size={self.eval_size} must be >= 1")
+        if self.probe_size < 1:
+            raise ValueError(f"train.probe_size={self.probe_size} must be >= 1")

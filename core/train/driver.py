@@ -1,0 +1,127 @@
+"""Entry points behind ``closedloop train | pretrain | demo``: config → run dir → session → loop."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from core.config import ConfigError, RunConfig, load_config
+from core.run import file_logger, new_run_dir, open_telemetry, write_resolved_config
+from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
+from core.tokenizer.tokenizer import Tokenizer
+
+
+def resolve_config(config_path, overrides, *, steps=None, seed=None) -> RunConfig:
+    extra = list(overrides or [])
+    if steps is not None:
+        extra.append(f"train.steps={steps}")
+    if seed is not None:
+        extra.append(f"train.seed={seed}")
+    return load_config(config_path, extra)
+
+
+def run_training(cfg: RunConfig, *, runs_root: str | Path, telemetry: str = "duckdb",
+                 name: str = "grpo", progress: bool = True) -> tuple[Path, dict]:
+    """Create ``RUNS/<run_id>/``, train, close telemetry; returns (run_dir, summary)."""
+    from core.train.grpo import run_grpo
+    from core.train.session import Session
+
+    tok = Tokenizer.load()
+    run_dir = new_run_dir(runs_root, name)
+    write_resolved_config(run_dir, cfg)
+    log = file_logger(run_dir)
+    sink = open_telemetry(telemetry, run_dir, cfg, tokenizer_rev=tok.revision,
+                          chat_template_rev=CHAT_TEMPLATE_REV, vocab_size=tok.vocab_size)
+    if telemetry == "duckdb":
+        from observability.signals import install_signal_handlers
+
+        install_signal_handlers(sink)
+    bar = None
+    try:
+        session = Session(cfg, sink, tok=tok)
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.train.steps, desc=run_dir.name, file=sys.stderr, leave=True)
+
+        def on_step(m: dict) -> None:
+            log.info("step %d reward %.3f |dlogp| %.2e masked %.3f step %.2fs", m["step"],
+                     m["reward_mean"], m["mismatch_abs_mean"], m["masked_fraction"], m["step_time_s"])
+            if bar is not None:
+                bar.set_postfix(reward=f"{m['reward_mean']:.3f}", dlogp=f"{m['mismatch_abs_mean']:.1e}",
+                                masked=f"{m['masked_fraction']:.3f}", step_s=f"{m['step_time_s']:.2f}")
+                bar.update(1)
+
+        t0 = time.time()
+        summary = run_grpo(session, steps=cfg.train.steps, progress=on_step)
+        summary["seconds"] = time.time() - t0
+        summary["run_dir"] = str(run_dir)
+        log.info("finished: eval accuracy %.3f -> %.3f", summary["eval_accuracy_start"],
+                 summary["eval_accuracy_end"])
+    except BaseException:
+        sink.close("failed")
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    sink.close("finished")
+    return run_dir, summary
+
+
+def print_summary(run_dir: Path, summary: dict) -> None:
+    steps = summary["steps"]
+    print(f"run: {run_dir}")
+    print(f"  held-out greedy accuracy: {summary['eval_accuracy_start']:.3f} -> "
+          f"{summary['eval_accuracy_end']:.3f} after {len(steps)} steps ({summary['seconds']:.0f}s)")
+    if steps:
+        last = steps[-1]
+        print(f"  last step: reward {last['reward_mean']:.3f}, mean |train-rollout logp| "
+              f"{last['mismatch_abs_mean']:.2e}, masked {last['masked_fraction']:.3f}")
+
+
+def train_from_args(args) -> int:
+    try:
+        cfg = resolve_config(args.config, args.set, steps=args.steps, seed=args.seed)
+    except (ConfigError, ValueError) as e:
+        print(f"closedloop train: config error: {e}", file=sys.stderr)
+        return 2
+    run_dir, summary = run_training(cfg, runs_root=args.run_dir, telemetry=args.telemetry,
+                                    name=args.name)
+    print_summary(run_dir, summary)
+    return 0
+
+
+def pretrain_from_args(args) -> int:
+    from core.train.pretrain import pretrain
+
+    cfg = load_config(None)
+    if args.retrain_tokenizer:
+        from core.tokenizer.train import build_tokenizer_asset
+
+        build_tokenizer_asset()
+    out = args.out or str(Path(__file__).resolve().parent.parent / "assets" / "base_model")
+    pretrain(out, model_cfg=cfg.model, task_cfg=cfg.task, tok=Tokenizer.load(),
+             steps=args.steps or PRETRAIN_STEPS)
+    return 0
+
+
+PRETRAIN_STEPS = 1500
+
+
+def demo(args) -> int:
+    cfg = resolve_config(None, [], steps=args.steps)
+    run_dir, summary = run_training(cfg, runs_root=args.run_dir, telemetry="duckdb", name="demo")
+    print_summary(run_dir, summary)
+    print("\nmean |train_logp - rollout_logp| per step (DuckDB over the run's telemetry):")
+    from observability import open_run
+
+    con = open_run(run_dir)
+    rows = con.execute(
+        "SELECT step, avg(abs(train_logp - rollout_logp)) AS mismatch, count(*) AS n "
+        "FROM tokens WHERE role = 'action' GROUP BY step ORDER BY step"
+    ).fetchall()
+    for step, mismatch, n in rows[:5] + ([("...", None, None)] if len(rows) > 5 else []):
+        print(f"  step {step}: {mismatch:.3e} over {n} tokens" if n else "  ...")
+    print(f"\nopen the dashboard: closedloop dashboard {args.run_dir}  (or: make dashboard)")
+    return 0

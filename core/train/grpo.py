@@ -1,0 +1,185 @@
+"""The synchronous GRPO + IcePop loop — it reads like the seed's pseudocode.
+
+    for step:
+        prompts          = task.sample(B)                          # B prompts × G responses
+        ids, rollout_lp  = rollout.generate(prompts)               # token-in / token-out
+        rewards          = verifier(responses)
+        adv              = grpo_advantages(rewards)                # (R − mean) / (std + ε)
+        train_lp         = actor.logprob(exact ids)                # never re-tokenized
+        trust            = icepop(train_lp, rollout_lp, β)         # 1/β ≤ exp(Δ) ≤ β
+        loss             = clipped_policy_loss(train_lp, old_lp, adv, trust)
+        optimizer.step(); version += 1
+        every K steps: weight_sync(actor → rollout), probe
+
+Telemetry records are built from CPU tensors once per step (``core.train.records``).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import numpy as np
+import torch
+
+from core.algorithms.advantage import grpo_advantages
+from core.algorithms.logprobs import token_logprobs
+from core.algorithms.policy_loss import clipped_policy_loss
+from core.algorithms.trust import STALE_CODE, trust_mask
+from core.tasks.arithmetic import make_prompts, verify
+from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt
+from core.tokenizer.tito import prefix_hashes
+from core.train.batch import build_train_batch
+from core.train.evaluate import greedy_accuracy
+from core.train.records import reward_component_rows, sample_rows, token_rows
+from core.train.session import Session
+from observability.sampling import keep_tokens_for
+
+
+def rollout_step(s: Session, step: int):
+    """Sample B prompts × G responses and score them with the verifier."""
+    cfg = s.cfg
+    b, g = cfg.algorithm.prompts_per_step, cfg.algorithm.group_size
+    problems = make_prompts(b, seed=cfg.train.seed * 1_000_003 + step, cfg=cfg.task)
+    problems = [p for p in problems for _ in range(g)]  # group-major: [B*G]
+    prompts = [encode_prompt(p.question, tok=s.tok) for p in problems]
+    rb = s.engine.generate(prompts, cfg.rollout.sampling(), eos_id=s.tok.eos_id,
+                           pad_id=s.tok.pad_id, generator=s.generator)
+    texts, verdicts = [], []
+    for i, p in enumerate(problems):
+        ids = rb.response_ids[i][rb.response_mask[i]].tolist()
+        finished = bool(rb.finished[i])
+        texts.append(s.tok.decode(ids[:-1] if finished else ids))
+        verdicts.append(verify(texts[-1], p, finished=finished))
+    rewards = torch.tensor([v.reward for v in verdicts], dtype=torch.float32).view(b, g)
+    return problems, rb, texts, verdicts, rewards
+
+
+def train_step(s: Session, step: int) -> dict:
+    cfg, alg = s.cfg, s.cfg.algorithm
+    t0 = time.perf_counter()
+    problems, rb, texts, verdicts, rewards = rollout_step(s, step)
+    t_rollout = time.perf_counter() - t0
+
+    adv, adv_m = grpo_advantages(rewards, eps=alg.adv_eps)  # [B, G]
+    adv = adv.flatten()  # [B*G]
+    tb = build_train_batch(rb, tok=s.tok, retokenize=cfg.train.retokenize)
+    staleness = s.version - rb.policy_version
+    stale = staleness > alg.staleness_limit
+
+    s.actor.train()
+    logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
+    logp, entropy = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
+    old_logp = logp.detach()  # one optimizer step per rollout batch: π_old = π_train at step start
+    trusted, tm = trust_mask(old_logp, tb.rollout_logp, tb.action_mask, rule=alg.trust_rule,
+                             beta=alg.icepop_beta, eps_low=alg.eps_low, eps_high=alg.eps_high)
+    reason = tm["reason"]
+    if stale:
+        reason = torch.where(tb.action_mask, torch.full_like(reason, STALE_CODE), reason)
+        trusted = torch.zeros_like(trusted)
+    loss, lm = clipped_policy_loss(logp, old_logp, adv, trusted, eps_low=alg.eps_low,
+                                   eps_high=alg.eps_high, agg_mode=alg.loss_agg_mode,
+                                   denominator=tb.action_mask.sum())
+    s.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(s.actor.parameters(), clip)
+    s.optimizer.step()
+    s.version += 1
+    t_train = time.perf_counter() - t0 - t_rollout
+    if s.version % cfg.rollout.sync_every == 0:
+        s.sync()
+
+    metrics = _step_metrics(tb, old_logp, entropy, trusted, reason, lm, adv_m, loss, grad_norm)
+    metrics.update(step=step, policy_version=s.version, staleness_max=staleness,
+                   rollout_time_s=t_rollout, train_time_s=t_train,
+                   step_time_s=time.perf_counter() - t0, lr=cfg.optim.lr)
+    _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, old_logp, entropy, reason,
+          stale, metrics)
+    return metrics
+
+
+def _step_metrics(tb, train_lp, entropy, trusted, reason, lm, adv_m, loss, grad_norm) -> dict:
+    act = tb.action_mask
+    n_act = int(act.sum())
+    delta = (train_lp - tb.rollout_logp).abs()[act]
+    counts = torch.bincount(reason[act].to(torch.int64), minlength=6).tolist()
+    frac = [c / max(n_act, 1) for c in counts]
+    retok = (tb.targets != tb.rollout_targets)[act]
+    return {
+        "loss": float(loss.detach()), "policy_loss": float(loss.detach()),
+        "entropy": float(entropy[act].mean()) if n_act else float("nan"),
+        "grad_norm": float(grad_norm),
+        "reward_mean": float(adv_m["reward_mean"]), "reward_std": float(adv_m["reward_std"]),
+        "n_tokens": int(tb.valid.sum()), "n_loss_tokens": n_act,
+        "n_trusted_tokens": int(trusted.sum()),
+        "masked_fraction": 1.0 - int(trusted.sum()) / max(n_act, 1),
+        "icepop_masked_fraction": frac[1], "dis_low_fraction": frac[2],
+        "dis_high_fraction": frac[3], "stale_fraction": frac[5],
+        "clip_fraction": float(lm["clip_fraction"]),
+        "mismatch_abs_mean": float(delta.mean()) if n_act else float("nan"),
+        "mismatch_abs_p99": float(delta.quantile(0.99)) if n_act else float("nan"),
+        "degenerate_group_fraction": float(adv_m["degenerate_fraction"]),
+        "retokenized_fraction": float(retok.float().mean()) if n_act else 0.0,
+    }
+
+
+def _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, train_lp, entropy, reason,
+          stale, metrics) -> None:
+    n = len(problems)
+    sample_ids = torch.arange(s.next_sample_id, s.next_sample_id + n, dtype=torch.int64)
+    s.next_sample_id += n
+    keep = keep_tokens_for(sample_ids.numpy(), s.cfg.telemetry.token_sample_rate)
+    g = s.cfg.algorithm.group_size
+    s.telemetry.emit("samples", sample_rows(
+        step=step, sample_ids=sample_ids.numpy(), problems=problems,
+        group_ids=step * s.cfg.algorithm.prompts_per_step + np.arange(n) // g,
+        rewards=rewards.flatten().numpy(), advantages=adv.numpy(),
+        reasons=[v.failure_reason for v in verdicts], texts=texts,
+        finished=rb.finished.tolist(), n_prompt=rb.prompt_valid.sum(1).numpy(),
+        n_response=rb.response_mask.sum(1).numpy(),
+        status=["stale" if stale else ("truncated" if not f else "trained") for f in rb.finished.tolist()],
+        version_rollout=rb.policy_version, version_train=s.version - 1,
+        tokenizer_rev=s.tok.revision, chat_template_rev=CHAT_TEMPLATE_REV,
+        sampling=s.sampling_record, keep=keep))
+    s.telemetry.emit("reward_components", reward_component_rows(
+        step=step, sample_ids=sample_ids.numpy(), rewards=rewards.flatten().numpy(),
+        reasons=[v.failure_reason for v in verdicts]))
+    if keep.any():
+        valid_rollout = torch.cat([rb.prompt_valid, rb.response_mask], dim=1)
+        rollout_ids = torch.cat([rb.prompt_ids, rb.response_ids], dim=1)
+        s.telemetry.emit("tokens", token_rows(
+            step=step, sample_ids=sample_ids, input_ids=tb.input_ids,
+            rollout_targets=tb.rollout_targets, valid_rollout=valid_rollout, n_prompt=tb.n_prompt,
+            action_mask=tb.action_mask, rollout_logp=tb.rollout_logp, train_logp=train_lp,
+            reason=reason, advantages=adv, entropy=entropy.detach(),
+            prefix_hash=prefix_hashes(rollout_ids), version_rollout=rb.policy_version, keep=keep))
+    row = {k: [v] for k, v in metrics.items()}
+    row.update(rank=[0], wall_time=[datetime.now(UTC)], peak_memory_bytes=[s.peak_memory(step)])
+    s.telemetry.emit("steps", row)
+    s.telemetry.step_end(step)
+
+
+def evaluate(s: Session, step: int) -> float:
+    r = greedy_accuracy(s.engine, s.tok, s.cfg.task, n=s.cfg.train.eval_size,
+                        max_new_tokens=s.cfg.rollout.max_new_tokens)
+    s.telemetry.emit("evals", {"step": [step], "policy_version": [s.engine.policy_version],
+                               "split": ["heldout"], "n": [r["n"]], "accuracy": [r["accuracy"]],
+                               "reward_mean": [r["reward_mean"]]})
+    return r["accuracy"]
+
+
+def run_grpo(s: Session, *, steps: int, progress=None) -> dict:
+    """Train ``steps`` GRPO steps; returns the summary (first/last eval, mean metrics)."""
+    first = evaluate(s, 0)
+    history = []
+    for step in range(steps):
+        m = train_step(s, step)
+        history.append(m)
+        if progress is not None:
+            progress(m)
+        every = s.cfg.train.eval_every
+        if every and (step + 1) % every == 0 and step + 1 < steps:
+            evaluate(s, step + 1)
+    last = evaluate(s, steps) if steps else first
+    return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}

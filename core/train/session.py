@@ -1,0 +1,67 @@
+"""Everything a training run holds: actor, optimizer, rollout engine, weight sync, telemetry.
+
+Built once from a ``RunConfig``; the loop functions in ``core.train.grpo`` take it as their only
+state. The policy version starts at 0 (the base model) and increments per optimizer step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from core.model.actor import Actor
+from core.model.checkpoint import load_checkpoint
+from core.rollout.engine import RolloutEngine, left_pad
+from core.sync.weight_sync import WeightSync
+from core.tasks.arithmetic import make_prompts
+from core.tokenizer.chat_template import encode_prompt, encode_response
+from core.tokenizer.tokenizer import Tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+ENGINE_PRECISION = {"fp32": "fp32", "bf16": "bf16", "w4a16": "bf16", "w8a16": "bf16", "fp8": "bf16"}
+
+
+class Session:
+    def __init__(self, cfg, telemetry, *, tok: Tokenizer | None = None) -> None:
+        self.cfg = cfg
+        self.telemetry = telemetry
+        self.tok = tok or Tokenizer.load()
+        torch.manual_seed(cfg.train.seed)
+        base = Path(cfg.train.base_model)
+        base = base if base.is_absolute() else REPO_ROOT / base
+        weights, model_cfg, self.base_meta = load_checkpoint(base)
+        if self.tok.vocab_size > model_cfg.vocab_size:
+            raise ValueError(f"tokenizer vocab {self.tok.vocab_size} > model.vocab_size {model_cfg.vocab_size}")
+        overrides = {k: v for k, v in dataclasses.asdict(cfg.model).items()
+                     if k in ("dsa_topk", "dsa_index_heads", "dsa_index_dim", "dsa_trainable")}
+        self.model_cfg = dataclasses.replace(model_cfg, **overrides)
+        self.actor = Actor(self.model_cfg, seed=cfg.train.seed)
+        self.actor.load_weights(weights)
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.actor.parameters() if p.requires_grad], lr=o.lr,
+            betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        self.engine = RolloutEngine(self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision])
+        self.weight_sync = WeightSync(self.engine, telemetry, temperature=cfg.rollout.temperature)
+        self.generator = torch.Generator().manual_seed(cfg.train.seed)
+        self.version = 0
+        self.next_sample_id = 0
+        self.sampling_record = dataclasses.asdict(cfg.rollout.sampling()) | {"seed": cfg.train.seed}
+        self.probe_batch = self._probe_batch(cfg.train.probe_size)
+        self.last_sync = self.sync()
+
+    def _probe_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed probe sequences: prompt + reference answer of seeded problems."""
+        problems = make_prompts(n, seed=999_983, cfg=self.cfg.task)
+        seqs = [encode_prompt(p.question, tok=self.tok) + encode_response(p.answer, tok=self.tok)
+                for p in problems]
+        return left_pad(seqs, self.tok.pad_id)
+
+    def sync(self):
+        self.last_sync = self.weight_sync.sync(self.actor, self.version, self.probe_batch)
+        return self.last_sync
+
+    def peak_memory(self, step: int) -> int | None:
+        return None
