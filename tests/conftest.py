@@ -1,5 +1,44 @@
-"""Shared pytest set-up: one torch thread per test process (the CI machine has 2 cores)."""
+"""Shared pytest set-up: one torch thread per test process (the CI machine has 2 cores), and
+session-scoped runs produced by the real training core with the real telemetry store."""
 
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
 import torch
 
 torch.set_num_threads(1)
+warnings.filterwarnings("ignore", message=".*Apex.*|.*Transformer Engine.*|.*cuda_graph.*")
+
+TINY = [
+    "train.steps=3",
+    "algorithm.prompts_per_step=4",
+    "algorithm.group_size=4",
+    "train.eval_size=16",
+    "train.eval_every=0",
+    "telemetry.flush_seconds=0.5",
+]
+
+
+def make_run(root: Path, overrides: list[str] = (), name: str = "test") -> Path:
+    """Train a tiny GRPO run through the real core with DuckDB telemetry; returns its run dir."""
+    from core.config import load_config
+    from core.train.driver import run_training
+
+    cfg = load_config(None, [*TINY, *overrides])
+    run_dir, _ = run_training(cfg, runs_root=root, telemetry="duckdb", name=name, progress=False)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A finished 3-step GRPO run (fp32 engines, IcePop) — read-only: copy it before editing."""
+    return make_run(tmp_path_factory.mktemp("runs"), name="tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_run_bf16(tmp_path_factory) -> Path:
+    """A finished 3-step run with a bf16 rollout engine (non-zero mismatch) — read-only."""
+    return make_run(tmp_path_factory.mktemp("runs"), ["rollout.precision=\"bf16\""], name="bf16")
