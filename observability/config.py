@@ -1,0 +1,51 @@
+"""``TelemetryConfig``: the knobs of the DuckDB/Parquet telemetry sink.
+
+Simplification: one config for every table and rank; flush thresholds apply per table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """Sampling, flushing and queueing of the telemetry writer."""
+
+    token_sample_rate: float = 1.0
+    """Fraction of samples whose per-token rows (tokens, topk, moe_routes) are kept, in [0, 1];
+    chosen deterministically by ``sample_id`` hash. ``steps``/``samples`` stay exact."""
+    flush_rows: int = 1_000_000
+    """A table's pending rows are written as a part once they reach this many (>= 1)."""
+    flush_seconds: float = 2.0
+    """Pending rows are written at the latest this long after they were emitted (> 0)."""
+    queue_max_batches: int = 16
+    """Batches waiting for the background writer; when full, ``emit`` blocks (>= 1)."""
+    compact_on_close: bool = True
+    """Rank 0 folds the parts into ``RUN_DIR/telemetry.duckdb`` on a ``finished`` close."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.token_sample_rate <= 1.0:
+            raise ValueError(
+                f"telemetry.token_sample_rate must be in [0, 1], got {self.token_sample_rate}"
+            )
+        if not (isinstance(self.flush_rows, int) and self.flush_rows >= 1):
+            raise ValueError(f"telemetry.flush_rows must be an int >= 1, got {self.flush_rows!r}")
+        if not self.flush_seconds > 0:
+            raise ValueError(f"telemetry.flush_seconds must be > 0, got {self.flush_seconds!r}")
+        if not (isinstance(self.queue_max_batches, int) and self.queue_max_batches >= 1):
+            raise ValueError(
+                f"telemetry.queue_max_batches must be an int >= 1, got {self.queue_max_batches!r}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TelemetryConfig:
+        """Build from a mapping; unknown keys raise ValueError listing the valid ones."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise ValueError(f"unknown telemetry config keys {unknown}; valid: {sorted(fields)}")
+        return cls(**values)

@@ -1,0 +1,141 @@
+"""On-disk layout of a run's telemetry and the atomic Parquet part files it is made of.
+
+Layout: ``RUN_DIR/telemetry/<table>/part-r<rank>-<writer>-<seq>.parquet`` (immutable once
+visible), ``RUN_DIR/telemetry/manifest.json`` and ``RUN_DIR/telemetry.duckdb`` (compaction).
+A part is written under a hidden ``.tmp`` name, fsynced, renamed into place and the directory
+fsynced, so readers see whole files or nothing. ``<writer>`` is unique per writer object (pid +
+random), so ranks, processes and restarts never collide. Files: zstd, dictionary encoding only
+for the schema's low-cardinality columns.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from observability.schema import TABLES, TableSpec
+
+TELEMETRY_DIR = "telemetry"
+DB_NAME = "telemetry.duckdb"
+MANIFEST_NAME = "manifest.json"
+PART_GLOB = "part-*.parquet"
+COMPRESSION = "zstd"
+
+
+def telemetry_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / TELEMETRY_DIR
+
+
+def resolve_run_dir(path: str | os.PathLike) -> Path:
+    """Accept a run directory, its ``telemetry/`` folder or its ``telemetry.duckdb``."""
+    p = Path(path)
+    if p.name == DB_NAME or (p.name == TELEMETRY_DIR and p.is_dir()):
+        return p.parent
+    return p
+
+
+def parquet_options(spec: TableSpec) -> dict:
+    """``pq.write_table`` keyword arguments shared by the writer, compaction and the benchmark."""
+    return {"compression": COMPRESSION, "use_dictionary": spec.dictionary_columns}
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file or directory by path (a read-only descriptor suffices on POSIX)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+fsync_dir = fsync_file
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a hidden tmp file, fsync and rename."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class PartWriter:
+    """Writes the part files of one writer (one rank of one process) into a run directory."""
+
+    def __init__(self, run_dir: str | os.PathLike, *, rank: int) -> None:
+        self.root = telemetry_dir(run_dir)
+        self.rank = rank
+        self.writer_id = f"{os.getpid()}{uuid.uuid4().hex[:6]}"
+        self._seq = 0
+        self._lock = threading.Lock()
+        for name in TABLES:
+            (self.root / name).mkdir(parents=True, exist_ok=True)
+
+    def write(self, table: pa.Table, spec: TableSpec) -> Path:
+        """Atomically write ``table`` as a new part of ``spec.name``; returns its final path."""
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        name = f"part-r{self.rank:04d}-{self.writer_id}-{seq:07d}.parquet"
+        final = self.root / spec.name / name
+        tmp = final.with_name(f".{name}.tmp")
+        pq.write_table(table, str(tmp), **parquet_options(spec))  # native file: no GIL per write
+        fsync_file(tmp)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+        return final
+
+
+def list_parts(run_dir: str | os.PathLike, table: str) -> list[Path]:
+    """Committed parts of ``table`` (never tmp files), sorted by name."""
+    d = telemetry_dir(run_dir) / table
+    if not d.is_dir():
+        return []
+    return sorted(d.glob(PART_GLOB))
+
+
+def part_key(path: Path) -> str:
+    """How manifests name a part: ``<table>/<file name>``."""
+    return f"{path.parent.name}/{path.name}"
+
+
+@dataclass(frozen=True)
+class PartStatus:
+    path: Path
+    rows: int | None
+    """Row count from the footer; None when the part is corrupt."""
+    error: str | None
+
+
+_FOOTER_CACHE: dict[tuple[str, int, int], PartStatus] = {}
+
+
+def check_part(path: Path, *, full: bool = False) -> PartStatus:
+    """Read the footer (``full``: decode every page) of a part; cached by path, size and mtime."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        return PartStatus(path, None, str(e))
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if not full and key in _FOOTER_CACHE:
+        return _FOOTER_CACHE[key]
+    try:
+        if full:
+            rows = pq.read_table(path).num_rows
+        else:
+            rows = pq.read_metadata(path).num_rows
+        status = PartStatus(path, rows, None)
+    except (OSError, pa.ArrowException) as e:
+        status = PartStatus(path, None, f"{type(e).__name__}: {e}")
+    if not full:
+        _FOOTER_CACHE[key] = status
+    return status

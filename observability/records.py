@@ -1,0 +1,90 @@
+"""One emitted columnar batch -> a validated Arrow table with the full schema of its table.
+
+Steps: reject unknown tables/columns and mismatched lengths, fill sink-owned columns (run_id,
+rank, samples.tokens_sampled), drop per-token rows of samples outside the token sample, convert
+each column (``convert``), check its rules (``validate``), and null-fill absent nullable columns.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from observability.convert import column_length, to_arrow
+from observability.sampling import keep_tokens_for
+from observability.schema import TableSpec, table_spec
+from observability.validate import check_column
+
+
+@functools.lru_cache(maxsize=16)
+def _constant_string(value: str, n: int) -> pa.Array:
+    """``n`` copies of ``value`` (cached: batches of one size recur every step; arrays are immutable)."""
+    return pa.array([value], type=pa.string()).take(np.zeros(n, dtype=np.int32))
+
+
+def _batch_length(spec: TableSpec, columns: Mapping[str, Any]) -> int:
+    lengths = {}
+    for name, values in columns.items():
+        n = column_length(values, spec.column(name))
+        if n is not None:
+            lengths[name] = n
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"telemetry table {spec.name!r}: columns have different lengths {lengths}")
+    return next(iter(lengths.values())) if lengths else 1
+
+
+def build_table(
+    table: str,
+    columns: Mapping[str, Any],
+    *,
+    run_id: str,
+    rank: int,
+    vocab_size: int | None = None,
+    token_sample_rate: float = 1.0,
+) -> pa.Table:
+    """Validate one batch for ``table`` and return it as a typed ``pa.Table`` (maybe 0 rows).
+
+    ``columns`` maps column name -> array-like [N] or scalar (broadcast). Raises ValueError naming
+    the table, the column and the first offending row's sample_id (or step).
+    """
+    spec = table_spec(table)
+    known = set(spec.column_names)
+    unknown = sorted(set(columns) - known)
+    if unknown:
+        raise ValueError(
+            f"telemetry table {table!r}: unknown columns {unknown}; columns: {list(spec.column_names)}"
+        )
+    if "run_id" in columns:
+        raise ValueError(f"telemetry table {table!r} column 'run_id': filled in by the sink")
+    given = dict(columns)
+    if "rank" in known and "rank" not in given:
+        given["rank"] = rank
+    required = [c.name for c in spec.columns if not c.nullable and c.name != "run_id"]
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise ValueError(f"telemetry table {table!r}: missing required columns {missing}")
+    n = _batch_length(spec, columns)
+    arrays = {
+        name: to_arrow(values, spec.column(name), n, f"telemetry table {table!r} column {name!r}")
+        for name, values in given.items()
+    }
+    ids = arrays.get("sample_id")
+    if ids is not None and ids.null_count == 0:
+        keep = keep_tokens_for(ids.to_numpy(), token_sample_rate)
+        if spec.per_token and not keep.all():
+            mask = pa.array(keep)
+            arrays = {name: arr.filter(mask) for name, arr in arrays.items()}
+            n = int(keep.sum())
+        if table == "samples" and "tokens_sampled" not in arrays:
+            arrays["tokens_sampled"] = pa.array(keep)
+    row_col = "sample_id" if "sample_id" in arrays else "step" if "step" in arrays else None
+    row_ids = (row_col, arrays[row_col]) if row_col else None
+    for name, arr in arrays.items():
+        check_column(table, spec.column(name), arr, row_ids=row_ids, vocab_size=vocab_size)
+    arrays["run_id"] = _constant_string(run_id, n)
+    out = [arrays.get(c.name, pa.nulls(n, type=c.type)) for c in spec.columns]
+    return pa.Table.from_arrays(out, schema=spec.arrow_schema)

@@ -1,0 +1,407 @@
+"""The telemetry schema: the one source of tables, columns, Arrow types, enums and value ranges.
+
+The writer validates and types records with it, the reader builds typed views from it,
+``contracts/`` turns ``ColumnSpec`` bounds into pandera fields, dashboards and notebooks query the
+column names defined here (public interface: add columns, never rename). Simplifications: bounds
+are inclusive ``min``/``max`` (plus ``below_vocab``: value < the run's ``vocab_size``); for list
+columns they apply to the elements; enums are stored as plain strings; time points are UTC
+``timestamp[us]``, durations are float seconds.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pyarrow as pa
+
+from observability.spec import SCHEMA_VERSION, ColumnSpec, TableSpec
+
+__all__ = ["ENUMS", "SCHEMA_VERSION", "TABLES", "ColumnSpec", "TableSpec", "table_spec"]
+
+# Enumerations (stored as strings; the writer rejects anything else).
+RUN_STATUSES = ("running", "finished", "failed")
+ROLES = ("prompt", "action", "observation", "summary", "padding")
+MASK_REASONS = ("kept", "icepop", "dis_low", "dis_high", "not_action", "stale")
+SAMPLE_STATUSES = ("trained", "env_failure", "stale", "dropped_group", "truncated")
+ENGINES = ("train", "rollout")
+QPARAM_PRODUCERS = ("qat_fake", "offline_real", "rollout_load")
+SYNC_PHASES = ("gather", "reshard", "quantize", "send", "switch", "ack")
+MEMORY_CATEGORIES = (
+    "model_state",
+    "saved_activations",
+    "operator_workspace",
+    "communication_buffers",
+    "live_io",
+    "allocator",
+    "runtime_margin",
+)
+MEMORY_EVENTS = ("create", "transfer", "reuse", "free")
+CONTRACT_STATUSES = ("pass", "fail", "warn", "error", "not_applicable")
+
+I16, I32, I64 = pa.int16(), pa.int32(), pa.int64()
+F32, F64, STR, BOOL = pa.float32(), pa.float64(), pa.string(), pa.bool_()
+TS = pa.timestamp("us", tz="UTC")
+
+
+def _c(name: str, type_: pa.DataType, doc: str, **rules) -> ColumnSpec:
+    return ColumnSpec(name, type_, doc, **rules)
+
+
+def _enum(name: str, values: tuple[str, ...], doc: str, nullable: bool = False) -> ColumnSpec:
+    return ColumnSpec(name, STR, doc, nullable=nullable, enum=values, dictionary=True)
+
+
+def _frac(name: str, doc: str) -> ColumnSpec:
+    return ColumnSpec(name, F64, doc + " (fraction in [0, 1])", min=0.0, max=1.0)
+
+
+def _nonneg(name: str, type_: pa.DataType, doc: str, **rules) -> ColumnSpec:
+    return ColumnSpec(name, type_, doc, min=0, **rules)
+
+
+def _logp(name: str, doc: str) -> ColumnSpec:
+    return ColumnSpec(name, F32, doc + " (finite, <= 0)", max=0.0, finite=True)
+
+
+RUN_ID = _c(
+    "run_id", STR, "run identifier (filled in by the sink)", nullable=False, dictionary=True
+)
+STEP = _nonneg("step", I64, "optimizer step", nullable=False, dictionary=True)
+STEP_OPT = _nonneg("step", I64, "optimizer step, when the record belongs to one", dictionary=True)
+RANK = _nonneg(
+    "rank", I32, "data-parallel rank (filled in by the sink)", nullable=False, dictionary=True
+)
+SAMPLE_ID = _nonneg("sample_id", I64, "trajectory id, unique in the run", nullable=False)
+POS = _nonneg("pos", I32, "token position in the full sequence (prompt included)", nullable=False)
+POLICY_VERSION = _nonneg("policy_version", I64, "weights version", nullable=False, dictionary=True)
+ENGINE = _enum("engine", ENGINES, "which side computed the record")
+CATEGORY = _enum("category", MEMORY_CATEGORIES, "memory ledger category")
+OWNER = _c("owner", STR, "component that owns the memory", dictionary=True)
+
+_TABLES = (
+    TableSpec(
+        "runs",
+        "one row per status change of a run; the reader's view keeps the latest",
+        (
+            RUN_ID,
+            _c("schema_version", I32, "SCHEMA_VERSION of the writer", nullable=False),
+            _c("started_at", TS, "run start (UTC)", nullable=False),
+            _c("updated_at", TS, "when this status row was written (UTC)", nullable=False),
+            _c("config", STR, "full run config", json=True),
+            _c("git_sha", STR, "source revision"),
+            _c("device", STR, "accelerator, e.g. 'cpu', 'cuda:H200'"),
+            _c("world_size", I32, "number of ranks", nullable=False, min=1),
+            _c("algorithm", STR, "loss / estimator name"),
+            _c("tokenizer_rev", STR, "tokenizer revision"),
+            _c("chat_template_rev", STR, "chat template revision"),
+            _enum("status", RUN_STATUSES, "run status"),
+            _c("ended_at", TS, "run end (UTC), null while running"),
+            _c("vocab_size", I64, "tokenizer vocabulary size (token ids must be below it)", min=1),
+            _c("run_dir", STR, "run directory as the writer saw it"),
+            _c("icepop_beta", F64, "declared IcePop ratio bound", min=0.0),
+            _c("dis_eps_low", F64, "declared lower ratio-mask epsilon", min=0.0),
+            _c("dis_eps_high", F64, "declared upper ratio-mask epsilon", min=0.0),
+            _nonneg("staleness_limit", I64, "declared maximum policy staleness"),
+        ),
+        key=("run_id", "updated_at"),
+    ),
+    TableSpec(
+        "steps",
+        "one row per optimizer step and rank",
+        (
+            RUN_ID,
+            STEP,
+            RANK,
+            POLICY_VERSION,
+            _c("wall_time", TS, "end of the step (UTC)"),
+            _c("loss", F64, "total loss"),
+            _c("policy_loss", F64, "policy-gradient part of the loss"),
+            _c("entropy", F64, "mean token entropy over loss tokens"),
+            _nonneg("grad_norm", F64, "global gradient norm before clipping"),
+            _nonneg("lr", F64, "learning rate"),
+            _c("reward_mean", F64, "mean reward of the step's samples"),
+            _nonneg("reward_std", F64, "reward standard deviation"),
+            _nonneg("n_tokens", I64, "tokens in the batch"),
+            _nonneg("n_loss_tokens", I64, "tokens with loss_mask"),
+            _nonneg("n_trusted_tokens", I64, "loss tokens kept by the trust mask"),
+            _frac("masked_fraction", "loss tokens removed by any mask"),
+            _frac("icepop_masked_fraction", "loss tokens removed by IcePop"),
+            _frac("clip_fraction", "loss tokens whose ratio was clipped"),
+            _nonneg(
+                "mismatch_abs_mean", F64, "mean |train_logp - rollout_logp| over action tokens"
+            ),
+            _nonneg("mismatch_abs_p99", F64, "p99 of |train_logp - rollout_logp|"),
+            _nonneg("staleness_max", I64, "largest policy staleness in the batch"),
+            _frac("degenerate_group_fraction", "groups with zero reward variance"),
+            _nonneg("step_time_s", F64, "step duration"),
+            _nonneg("rollout_time_s", F64, "rollout duration"),
+            _nonneg("train_time_s", F64, "train duration"),
+            _nonneg("peak_memory_bytes", I64, "peak accelerator memory"),
+            _frac("topk_agreement", "Top-k index agreement train vs rollout"),
+            _frac("route_agreement", "MoE routing agreement train vs rollout"),
+            _nonneg("teacher_mismatch_abs_mean", F64, "mean |train_logp - teacher_logp|"),
+            _frac("dis_low_fraction", "loss tokens masked below the ratio band"),
+            _frac("dis_high_fraction", "loss tokens masked above the ratio band"),
+            _frac("stale_fraction", "samples dropped as stale"),
+            _frac("eval_accuracy", "latest eval accuracy"),
+            _frac(
+                "retokenized_fraction",
+                "action tokens whose train id differs from rollout; null when TITO holds",
+            ),
+            _c("kl_ref", F64, "KL to the reference policy"),
+        ),
+        key=("run_id", "step", "rank"),
+    ),
+    TableSpec(
+        "samples",
+        "one row per trajectory",
+        (
+            RUN_ID,
+            SAMPLE_ID,
+            STEP,
+            _c("prompt_id", STR, "dataset prompt id"),
+            _nonneg("group_id", I64, "GRPO group"),
+            _c("domain", STR, "task domain", dictionary=True),
+            _c("engine", STR, "rollout engine name", dictionary=True),
+            _nonneg(
+                "policy_version_rollout", I64, "weights version that generated it", dictionary=True
+            ),
+            _nonneg(
+                "policy_version_train", I64, "weights version it was trained on", dictionary=True
+            ),
+            _nonneg("staleness", I64, "policy_version_train - policy_version_rollout"),
+            _c("reward", F64, "total reward"),
+            _c("advantage", F64, "sequence advantage"),
+            _nonneg("n_prompt_tokens", I32, "prompt length"),
+            _nonneg("n_response_tokens", I32, "response length (all non-prompt tokens)"),
+            _enum("status", SAMPLE_STATUSES, "what happened to the sample"),
+            _c("failure_reason", STR, "why the environment or sample failed"),
+            _c("tokenizer_rev", STR, "tokenizer revision used by the rollout", dictionary=True),
+            _c("chat_template_rev", STR, "chat template revision", dictionary=True),
+            _c("sampling", STR, "sampling parameters", json=True, dictionary=True),
+            _c("teacher_id", STR, "teacher model, if distilled", dictionary=True),
+            _c("response_text", STR, "decoded response"),
+            _c(
+                "finish_reason", STR, "engine finish reason, e.g. 'stop', 'length'", dictionary=True
+            ),
+            _c(
+                "tokens_sampled",
+                BOOL,
+                "per-token rows kept by token_sample_rate (filled by the sink)",
+            ),
+        ),
+        key=("run_id", "sample_id"),
+    ),
+    TableSpec(
+        "tokens",
+        "one row per token of a trajectory",
+        (
+            RUN_ID,
+            STEP,
+            SAMPLE_ID,
+            POS,
+            _nonneg("token_id", I32, "token id from the rollout", nullable=False, below_vocab=True),
+            _enum("role", ROLES, "token role"),
+            _c("loss_mask", BOOL, "token is in the loss", nullable=False),
+            _logp("rollout_logp", "log-prob under the rollout engine"),
+            _logp("train_logp", "log-prob recomputed by the trainer"),
+            _logp("old_logp", "log-prob under the behaviour policy (trainer side)"),
+            _logp("teacher_logp", "log-prob under the teacher"),
+            _nonneg("ratio", F32, "importance ratio exp(train_logp - rollout_logp)"),
+            _c("trust_mask", BOOL, "token kept by the trust / mismatch masks"),
+            _enum("mask_reason", MASK_REASONS, "why the token was masked", nullable=True),
+            _c("advantage", F32, "token advantage"),
+            _nonneg("entropy", F32, "token entropy under the trainer"),
+            _c("prefix_hash", I64, "hash of the token prefix up to pos (TITO checks)"),
+            _nonneg(
+                "policy_version_rollout", I64, "weights version that generated it", dictionary=True
+            ),
+            _nonneg(
+                "train_token_id",
+                I32,
+                "token id the trainer used; differs when TITO is violated",
+                below_vocab=True,
+            ),
+            _c("teacher_id", STR, "teacher model, if distilled", dictionary=True),
+        ),
+        key=("run_id", "sample_id", "pos"),
+        per_token=True,
+    ),
+    TableSpec(
+        "reward_components",
+        "one row per reward term of a sample",
+        (
+            RUN_ID,
+            SAMPLE_ID,
+            _c("component", STR, "reward term name", nullable=False, dictionary=True),
+            _c("value", F64, "term value"),
+            _c("weight", F64, "term weight in the total"),
+            _c("failure_reason", STR, "why the term could not be computed"),
+            STEP_OPT,
+        ),
+        key=("run_id", "sample_id", "component"),
+    ),
+    TableSpec(
+        "topk",
+        "Top-k indices per position, train vs rollout",
+        (
+            RUN_ID,
+            STEP,
+            SAMPLE_ID,
+            _nonneg("layer", I32, "layer (null for the output logits)", dictionary=True),
+            POS,
+            ENGINE,
+            _c("k", I32, "k", nullable=False, min=1, dictionary=True),
+            _c("indices", pa.list_(I32), "Top-k indices, best first", nullable=False, min=0),
+            _c("index_hash", I64, "hash of the sorted indices"),
+            _nonneg("boundary_ties", I32, "candidates tied with the k-th value"),
+        ),
+        key=("run_id", "sample_id", "layer", "pos", "engine"),
+        per_token=True,
+    ),
+    TableSpec(
+        "moe_routes",
+        "MoE expert choice per position, train vs rollout",
+        (
+            RUN_ID,
+            STEP,
+            SAMPLE_ID,
+            _nonneg("layer", I32, "MoE layer", nullable=False, dictionary=True),
+            POS,
+            ENGINE,
+            _c("experts", pa.list_(I16), "chosen experts, best first", nullable=False, min=0),
+        ),
+        key=("run_id", "sample_id", "layer", "pos", "engine"),
+        per_token=True,
+    ),
+    TableSpec(
+        "qparams",
+        "quantization parameters per tensor and producer",
+        (
+            RUN_ID,
+            POLICY_VERSION,
+            _c("tensor", STR, "parameter name", nullable=False),
+            _enum("producer", QPARAM_PRODUCERS, "who quantized"),
+            _c("bits", I32, "code width", min=1, max=64, dictionary=True),
+            _c("qmin", F64, "smallest code value"),
+            _c("qmax", F64, "largest code value"),
+            _c("group_size", I32, "elements per scale (-1: per channel)", min=-1, dictionary=True),
+            _c("symmetric", BOOL, "symmetric quantization"),
+            _c("scale_dtype", STR, "dtype of the scales", dictionary=True),
+            _c("rounding", STR, "rounding mode", dictionary=True),
+            _c("packing", STR, "code packing layout", dictionary=True),
+            _c("scale_hash", STR, "hash of the scales"),
+            _c("code_hash", STR, "hash of the codes"),
+            _nonneg("max_abs_err", F64, "max |dequant - original|"),
+            _nonneg("numel", I64, "tensor elements"),
+            STEP_OPT,
+            _c("spec_name", STR, "quantization spec name", dictionary=True),
+            _c("zero_hash", STR, "hash of the zero points (asymmetric only)"),
+        ),
+        key=("run_id", "policy_version", "tensor", "producer"),
+    ),
+    TableSpec(
+        "weight_syncs",
+        "one row per phase of a trainer -> rollout weight sync",
+        (
+            RUN_ID,
+            _nonneg("sync_id", I64, "sync number", nullable=False),
+            POLICY_VERSION,
+            _enum("phase", SYNC_PHASES, "sync phase"),
+            _c("ts", TS, "phase end (UTC)", nullable=False),
+            _nonneg("bytes", I64, "bytes moved"),
+            _c("checksum", STR, "checksum of the payload"),
+            _c("engine", STR, "receiving engine", dictionary=True),
+            _nonneg("probe_mismatch_abs_max", F64, "max |logp diff| on the post-sync probe"),
+            _nonneg("duration_s", F64, "phase duration"),
+        ),
+        key=("run_id", "sync_id", "phase"),
+    ),
+    TableSpec(
+        "memory_events",
+        "memory ledger events",
+        (
+            RUN_ID,
+            _c("ts", TS, "event time (UTC)", nullable=False),
+            STEP_OPT,
+            RANK,
+            _c("device", STR, "device, e.g. 'cuda:0'", dictionary=True),
+            _c("object", STR, "what the bytes hold"),
+            CATEGORY,
+            _enum("event", MEMORY_EVENTS, "ledger event"),
+            _nonneg("bytes", I64, "bytes", nullable=False),
+            _c("logical_shape", pa.list_(I64), "logical tensor shape", min=0),
+            _c("dtype", STR, "element dtype", dictionary=True),
+            _c("layout", STR, "memory layout", dictionary=True),
+            _c("producer", STR, "component that produced it", dictionary=True),
+            _c("consumer", STR, "component that consumes it", dictionary=True),
+            OWNER,
+            _nonneg("event_id", I64, "event number"),
+            _c("persistent", BOOL, "lives across steps"),
+            _c("device_kind", STR, "'cpu', 'cuda', 'npu', ...", dictionary=True),
+        ),
+        key=("run_id", "rank", "event_id"),
+    ),
+    TableSpec(
+        "memory_peaks",
+        "peak bytes per step, rank, category and owner",
+        (
+            RUN_ID,
+            STEP,
+            RANK,
+            CATEGORY,
+            OWNER,
+            _nonneg("bytes", I64, "peak bytes", nullable=False),
+        ),
+        key=("run_id", "step", "rank", "category", "owner"),
+    ),
+    TableSpec(
+        "evals",
+        "one row per evaluation",
+        (
+            RUN_ID,
+            STEP,
+            POLICY_VERSION,
+            _c("split", STR, "eval split", nullable=False, dictionary=True),
+            _nonneg("n", I64, "evaluated samples"),
+            _frac("accuracy", "accuracy"),
+            _c("reward_mean", F64, "mean reward"),
+        ),
+        key=("run_id", "step", "split"),
+    ),
+    TableSpec(
+        "contract_results",
+        "one row per contract check",
+        (
+            RUN_ID,
+            _c("checked_at", TS, "check time (UTC)", nullable=False),
+            _c("contract", STR, "contract name", nullable=False, dictionary=True),
+            _c("check", STR, "check name", nullable=False, dictionary=True),
+            _enum("status", CONTRACT_STATUSES, "outcome"),
+            _c("observed", F64, "observed value"),
+            _c("threshold", F64, "threshold it was compared with"),
+            _nonneg("n_rows", I64, "rows checked"),
+            _nonneg("n_violations", I64, "rows violating"),
+            _c("example", STR, "a violating example", json=True),
+            STEP_OPT,
+        ),
+        key=("run_id", "contract", "check", "checked_at"),
+    ),
+)
+
+TABLES: MappingProxyType[str, TableSpec] = MappingProxyType({t.name: t for t in _TABLES})
+"""Every telemetry table by name, in a stable order."""
+
+
+ENUMS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
+    {f"{t.name}.{c.name}": c.enum for t in TABLES.values() for c in t.columns if c.enum is not None}
+)
+"""Every enum column (``"table.column"``) and its allowed values."""
+
+
+def table_spec(name: str) -> TableSpec:
+    """The spec of ``name``; ValueError listing the valid tables on a typo."""
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise ValueError(f"unknown telemetry table {name!r}; tables: {', '.join(TABLES)}") from None

@@ -1,0 +1,255 @@
+"""``DuckDBTelemetry``: the ``--telemetry duckdb`` sink — validated batches, background Parquet writes.
+
+The training thread converts and validates each batch (``records``; errors raise at the call
+site) and hands it to one background thread, which buffers per table and writes atomic parts
+(``parts``) when a table reaches ``flush_rows``, when the oldest pending batch is
+``flush_seconds`` old, at ``step_end``/``flush`` and at ``close``. Backpressure: at most
+``queue_max_batches`` batches wait; then ``emit`` blocks (nothing is dropped). The hand-off uses
+``queue.SimpleQueue`` only (reentrant C code), so ``close`` is safe inside a signal handler.
+Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import queue
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from observability.config import TelemetryConfig
+from observability.parts import PartWriter
+from observability.records import build_table
+from observability.schema import SCHEMA_VERSION, table_spec
+
+RUN_INFO_KEYS = (
+    "config",
+    "git_sha",
+    "device",
+    "algorithm",
+    "tokenizer_rev",
+    "chat_template_rev",
+    "vocab_size",
+    "icepop_beta",
+    "dis_eps_low",
+    "dis_eps_high",
+    "staleness_limit",
+)
+"""Keys ``run_info`` may hold (the ``runs`` columns the caller knows; the rest are the sink's)."""
+
+_STOP, _FLUSH, _ROWS = "stop", "flush", "rows"
+_CLOSE_TIMEOUT_S = 120.0
+
+
+def _config_json(config: Any) -> str | None:
+    if config is None or isinstance(config, str):
+        return config
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+class DuckDBTelemetry:
+    """Telemetry sink writing ``RUN_DIR/telemetry/<table>/part-*.parquet`` for one rank.
+
+    Args:
+        run_dir: the run's directory (created if missing).
+        run_id: defaults to the run directory's name.
+        rank, world_size: this process's data-parallel rank and the number of ranks.
+        run_info: ``runs`` columns known to the caller, keys from ``RUN_INFO_KEYS``; ``config``
+            may be a dict, a dataclass or a JSON string; ``vocab_size`` enables token-id checks.
+        config: sampling / flushing / queueing knobs.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        *,
+        run_id: str | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        run_info: Mapping[str, Any] | None = None,
+        config: TelemetryConfig | None = None,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"telemetry rank must be in [0, world_size={world_size}), got {rank}")
+        info = dict(run_info or {})
+        unknown = sorted(set(info) - set(RUN_INFO_KEYS))
+        if unknown:
+            raise ValueError(f"unknown run_info keys {unknown}; valid: {list(RUN_INFO_KEYS)}")
+        info["config"] = _config_json(info.get("config"))
+        self.run_dir = str(Path(run_dir))
+        self.run_id = run_id or Path(run_dir).resolve().name
+        self.rank, self.world_size = rank, world_size
+        self.config = config or TelemetryConfig()
+        self.vocab_size = info.get("vocab_size")
+        self._info = info
+        self._parts = PartWriter(run_dir, rank=rank)
+        self._started_at = time.time()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._data: queue.SimpleQueue = queue.SimpleQueue()
+        self._slots: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(self.config.queue_max_batches):
+            self._slots.put(None)
+        self._write_run_row("running")
+        self._thread = threading.Thread(
+            target=self._loop, name=f"telemetry-writer-r{rank}", daemon=True
+        )
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    # -- training-thread API ------------------------------------------------------------------
+
+    def emit(self, table: str, columns: Mapping[str, Any]) -> None:
+        """Validate and queue one columnar batch for ``table``; blocks while the queue is full."""
+        self._check_open()
+        if table == "runs":
+            raise ValueError("telemetry table 'runs' is written by the sink (use run_info)")
+        batch = build_table(
+            table,
+            columns,
+            run_id=self.run_id,
+            rank=self.rank,
+            vocab_size=self.vocab_size,
+            token_sample_rate=self.config.token_sample_rate,
+        )
+        if batch.num_rows == 0:
+            return
+        while True:  # take a queue slot (backpressure), checking the writer is still healthy
+            try:
+                self._slots.get(timeout=0.5)
+                break
+            except queue.Empty:
+                self._raise_if_failed()
+                if not self._thread.is_alive():
+                    raise RuntimeError("telemetry writer thread is gone") from None
+        self._data.put((_ROWS, table, batch))
+
+    def step_end(self, step: int) -> None:
+        """End of optimizer step ``step``: write every pending row (asynchronously)."""
+        self._check_open()
+        self._data.put((_FLUSH, None, None))
+
+    def flush(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
+        """Block until every batch emitted so far is in a committed part file."""
+        self._check_open()
+        done = threading.Event()
+        self._data.put((_FLUSH, None, done))
+        if not done.wait(timeout):
+            raise RuntimeError(f"telemetry flush did not finish within {timeout} s")
+        self._raise_if_failed()
+
+    def close(self, status: str = "finished") -> None:
+        """Flush, stop the writer, record ``status`` (``finished``/``failed``); idempotent.
+
+        On ``finished``, rank 0 compacts the run when ``config.compact_on_close``. Safe to call
+        from a signal handler. Raises RuntimeError afterwards if a background write had failed.
+        """
+        if status not in ("finished", "failed"):
+            raise ValueError(
+                f"telemetry close status must be 'finished' or 'failed', got {status!r}"
+            )
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._at_exit)
+        self._data.put((_STOP, None, None))
+        self._thread.join(_CLOSE_TIMEOUT_S)
+        if self._thread.is_alive():
+            warnings.warn(
+                "telemetry writer did not stop in time; pending rows may be lost", stacklevel=2
+            )
+        if self._error is not None:
+            status = "failed"
+        self._write_run_row(status, ended_at=time.time())
+        if status == "finished" and self.rank == 0 and self.config.compact_on_close:
+            from observability.compact import compact
+
+            try:
+                compact(self.run_dir)
+            except Exception as e:  # the parts are complete; compaction can be rerun by hand
+                warnings.warn(f"telemetry compaction of {self.run_dir} failed: {e}", stacklevel=2)
+        self._raise_if_failed()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        self._raise_if_failed()
+        if self._closed:
+            raise RuntimeError(f"telemetry for run {self.run_id!r} is closed")
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"telemetry writer failed: {self._error}") from self._error
+
+    def _at_exit(self) -> None:
+        try:
+            self.close("failed")  # reached only when the program never closed the sink
+        except Exception as e:
+            warnings.warn(f"telemetry close at exit failed: {e}", stacklevel=2)
+
+    def _write_run_row(self, status: str, ended_at: float | None = None) -> None:
+        if self.rank != 0:
+            return
+        row = dict(self._info)
+        row.update(
+            schema_version=SCHEMA_VERSION,
+            started_at=self._started_at,
+            updated_at=time.time(),
+            world_size=self.world_size,
+            status=status,
+            ended_at=ended_at,
+            run_dir=self.run_dir,
+        )
+        batch = build_table("runs", row, run_id=self.run_id, rank=self.rank)
+        self._parts.write(batch, table_spec("runs"))
+
+    def _loop(self) -> None:
+        pending: dict[str, list[pa.Table]] = {}
+        rows: dict[str, int] = {}
+        oldest: float | None = None
+
+        def write(table: str) -> None:
+            batches = pending.pop(table, [])
+            rows.pop(table, None)
+            if batches:
+                try:
+                    self._parts.write(pa.concat_tables(batches), table_spec(table))
+                except BaseException as e:  # surfaced to the training thread by the next call
+                    if self._error is None:
+                        self._error = e
+
+        while True:
+            timeout = (
+                None
+                if oldest is None
+                else max(0.0, oldest + self.config.flush_seconds - time.monotonic())
+            )
+            try:
+                kind, table, payload = self._data.get(timeout=timeout)
+            except queue.Empty:
+                kind, table, payload = _FLUSH, None, None
+            if kind == _ROWS:
+                self._slots.put(None)
+                pending.setdefault(table, []).append(payload)
+                rows[table] = rows.get(table, 0) + payload.num_rows
+                oldest = time.monotonic() if oldest is None else oldest
+                if rows[table] >= self.config.flush_rows:
+                    write(table)
+                continue
+            for name in list(pending):
+                write(name)
+            oldest = None
+            if payload is not None:
+                payload.set()
+            if kind == _STOP:
+                return

@@ -1,0 +1,121 @@
+"""Conversion and validation of emitted batches: accepted inputs and bad-record messages."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from observability.records import build_table
+from observability.schema import TABLES
+from observability.validate import first_true
+from tests.observability.fakes import VOCAB, valid_columns
+
+
+def tokens(n=6, **over):
+    cols = {
+        "step": 3,
+        "sample_id": np.repeat(np.arange(n // 2) + 10, 2),
+        "pos": np.tile(np.arange(2), n // 2),
+        "token_id": torch.arange(n),
+        "role": "action",
+        "loss_mask": torch.ones(n, dtype=torch.bool),
+        "rollout_logp": -torch.rand(n, dtype=torch.float64),
+        "train_logp": -torch.rand(n).to(torch.bfloat16),
+    }
+    cols.update(over)
+    return cols
+
+
+def build(table, cols, **kw):
+    kw.setdefault("vocab_size", VOCAB)
+    return build_table(table, cols, run_id="r", rank=0, **kw)
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_every_table_accepts_valid_fakes(name):
+    t = build(name, valid_columns(TABLES[name], 5))
+    assert t.num_rows == 5 and t.schema.equals(TABLES[name].arrow_schema)
+    assert t["run_id"].to_pylist() == ["r"] * 5
+
+
+def test_inputs_scalars_tensors_and_defaults():
+    t = build("tokens", tokens())
+    assert t["step"].to_pylist() == [3] * 6  # scalar broadcast
+    assert t["train_logp"].type == pa.float32()  # bf16 tensor widened, stored as float32
+    assert t["old_logp"].null_count == 6  # absent nullable column -> nulls
+    steps = build("steps", {"step": 1, "policy_version": 0, "loss": 0.5, "wall_time": 1.7e9})
+    assert steps.num_rows == 1 and steps["rank"].to_pylist() == [0]  # rank filled by the sink
+    assert steps["wall_time"][0].value == 1_700_000_000_000_000  # epoch seconds -> microseconds
+    topk = build("topk", {"step": 0, "sample_id": [1, 2], "pos": 0, "engine": "train", "k": 2,
+                          "indices": torch.tensor([[5, 1], [3, 4]])})  # fmt: skip
+    assert topk["indices"].to_pylist() == [[5, 1], [3, 4]]
+
+
+def test_caller_buffers_are_copied():
+    logp = -np.ones(6, dtype=np.float32)
+    t = build("tokens", tokens(rollout_logp=logp))
+    logp[:] = -7.0  # the loop reuses its buffer after emit
+    assert t["rollout_logp"].to_pylist() == [-1.0] * 6
+
+
+@pytest.mark.parametrize(
+    ("over", "column", "message"),
+    [
+        ({"rollout_logp": np.array([0, -1, np.nan, -1, -1, -1.0])}, "rollout_logp", "not finite at row 2 \\(sample_id 11\\)"),
+        ({"train_logp": np.array([0, -1, -1, -1, np.inf, -1.0])}, "train_logp", "not finite at row 4 \\(sample_id 12\\)"),
+        ({"rollout_logp": np.array([0, -1, -1, 0.5, -1, -1.0])}, "rollout_logp", "above the maximum 0.0 at row 3 \\(sample_id 11\\)"),
+        ({"token_id": np.array([0, 1, 2, 3, VOCAB, 5])}, "token_id", "outside the vocabulary \\[0, 100\\) at row 4 \\(sample_id 12\\)"),
+        ({"token_id": np.array([0, -1, 2, 3, 4, 5])}, "token_id", "below the minimum 0 at row 1 \\(sample_id 10\\)"),
+        ({"token_id": np.array([0, 1, 2, 3, 4, 2**40])}, "token_id", "at row 5"),
+        ({"policy_version_rollout": np.array([0, 0, -3, 0, 0, 0])}, "policy_version_rollout", "below the minimum 0 at row 2 \\(sample_id 11\\)"),
+        ({"role": ["action"] * 5 + ["actor"]}, "role", "not one of .* at row 5 \\(sample_id 12\\): value 'actor'"),
+        ({"mask_reason": [None, "kept", "clipped", None, None, None]}, "mask_reason", "not one of .* at row 2"),
+        ({"loss_mask": [True, None, True, True, True, True]}, "loss_mask", "null in a non-nullable column at row 1"),
+    ],
+)  # fmt: skip
+def test_bad_values_name_table_column_and_sample(over, column, message):
+    with pytest.raises(ValueError, match=f"table 'tokens' column '{column}': .*{message}"):
+        build("tokens", tokens(**over))
+
+
+def test_bad_shapes_and_names():
+    with pytest.raises(
+        ValueError, match=r"table 'tokens': columns have different lengths .*'pos': 5"
+    ):
+        build("tokens", tokens(pos=np.arange(5)))
+    with pytest.raises(ValueError, match=r"table 'tokens': unknown columns \['logp'\]"):
+        build("tokens", tokens(logp=np.zeros(6)))
+    with pytest.raises(ValueError, match="unknown telemetry table 'token'"):
+        build("token", tokens())
+    with pytest.raises(ValueError, match="missing required columns \\['sample_id', 'status'\\]"):
+        build("samples", {"step": 0})
+    with pytest.raises(ValueError, match="'run_id': filled in by the sink"):
+        build("tokens", tokens(run_id="x"))
+    with pytest.raises(ValueError, match="column 'indices': element below the minimum 0 at row 1"):
+        build("topk", {"step": 0, "sample_id": [1, 2], "pos": 0, "engine": "train", "k": 2,
+                       "indices": [[1, 2], [3, -4]]})  # fmt: skip
+
+
+def test_vocab_check_only_when_declared():
+    t = build("tokens", tokens(token_id=np.full(6, 10**6)), vocab_size=None)
+    assert t["token_id"].to_pylist() == [10**6] * 6
+
+
+def test_token_sampling_filters_per_token_tables_and_marks_samples():
+    ids = np.arange(1000)
+    t = build("tokens", {"step": 0, "sample_id": ids, "pos": 0, "token_id": 1, "role": "action",
+                         "loss_mask": True}, token_sample_rate=0.25)  # fmt: skip
+    s = build("samples", {"step": 0, "sample_id": ids, "status": "trained"}, token_sample_rate=0.25)
+    kept = np.asarray(s["tokens_sampled"])
+    assert s.num_rows == 1000  # samples stay exact
+    np.testing.assert_array_equal(t["sample_id"].to_numpy(), ids[kept])
+
+
+def test_first_true_matches_a_loop():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        mask = rng.random(50) < 0.05
+        nulls = rng.random(50) < 0.2
+        arr = pa.array(mask, mask=nulls)
+        loop = next((i for i in range(50) if mask[i] and not nulls[i]), None)
+        assert first_true(arr) == loop
