@@ -70,6 +70,7 @@ def train_step(s: Session, step: int) -> dict:
     s.actor.train()
     logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
     logp, entropy = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
+    entropy = entropy.detach()
     old_logp = logp.detach()  # one optimizer step per rollout batch: π_old = π_train at step start
     trusted, tm = trust_mask(old_logp, tb.rollout_logp, tb.action_mask, rule=alg.trust_rule,
                              beta=alg.icepop_beta, eps_low=alg.eps_low, eps_high=alg.eps_high)

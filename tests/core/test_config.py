@@ -1,0 +1,53 @@
+"""Config loading: unknown keys, wrong types and out-of-range values are errors naming the key."""
+
+import pytest
+
+from core.config import ConfigError, load_config
+
+
+def test_default_config_loads():
+    cfg = load_config(None)
+    assert cfg.algorithm.group_size >= 2 and cfg.algorithm.icepop_beta == 2.0
+    assert cfg.rollout.precision == "fp32"
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("algorithm.icepop_beta=1.0", "algorithm.icepop_beta"),
+        ("algorithm.icepop_beta=0.5", "must be > 1"),
+        ("algorithm.eps_low=-0.1", "algorithm.eps_low"),
+        ("algorithm.eps_high=-1", "algorithm.eps_high"),
+        ("algorithm.group_size=1", "algorithm.group_size"),
+        ("rollout.temperature=0", "rollout.temperature"),
+        ("rollout.top_p=1.5", "rollout.top_p"),
+        ("rollout.precision=\"int3\"", "rollout.precision"),
+        ("algorithm.trust_rule=\"icepo\"", "icepop"),
+        ("optim.lr=0", "optim.lr"),
+        ("algorithm.icepop_bta=3", "unknown config key algorithm.icepop_bta"),
+        ("algorithmm.x=3", "unknown config section"),
+        ("algorithm.group_size=\"eight\"", "expected an integer"),
+        ("telemetry.token_sample_rate=2", "token_sample_rate"),
+    ],
+)
+def test_bad_values_name_the_key(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("(", r"\(")):
+        load_config(None, [override])
+
+
+def test_override_syntax_error():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config(None, ["lr=3"])
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_cli_config_typo_exits_2(capsys):
+    from core.cli import main
+
+    rc = main(["train", "--telemetry", "none", "--set", "algorithm.icepop_beta=1", "--steps", "1"])
+    assert rc == 2
+    assert "algorithm.icepop_beta" in capsys.readouterr().err
