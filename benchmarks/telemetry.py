@@ -101,7 +101,35 @@ def section_ingest(args: argparse.Namespace) -> None:
     print(f"emit() on the calling thread    : {1e3 * emit / args.batches:6.1f} ms per batch")
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {"ingest": section_ingest}
+def section_step_time(args: argparse.Namespace) -> None:
+    """Training step time with ``--telemetry duckdb`` vs ``none`` on the default tiny config.
+
+    The two sinks alternate run by run (none, duckdb, none, duckdb, ...) so machine load hits both
+    alike; the first 3 steps of each run are warm-up and excluded.
+    """
+    import tempfile
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from core.train.driver import resolve_config, run_training
+
+    cfg = resolve_config(None, ["train.eval_every=0", "train.eval_size=16"], steps=args.train_steps)
+    times: dict[str, list[float]] = {"none": [], "duckdb": []}
+    for _ in range(args.repeats):
+        for sink in ("none", "duckdb"):
+            with tempfile.TemporaryDirectory() as root:
+                _, summary = run_training(cfg, runs_root=root, telemetry=sink, progress=False)
+            times[sink] += [m["wall_step_s"] for m in summary["steps"][3:]]
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    print(f"step time (median over {len(times['none'])} steps): none {med['none'] * 1e3:.1f} ms, "
+          f"duckdb {med['duckdb'] * 1e3:.1f} ms -> ratio {med['duckdb'] / med['none']:.3f}x "
+          "(goal <= 1.02x)")
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "ingest": section_ingest,
+    "step_time": section_step_time,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows", type=int, default=262_144, help="token rows per batch (one step)")
     p.add_argument("--batches", type=int, default=8, help="batches (steps)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--train-steps", type=int, default=20, help="steps per run (step_time section)")
     p.add_argument("--section", choices=sorted(SECTIONS), action="append")
     args = p.parse_args(argv)
     for name in args.section or list(SECTIONS):

@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_REGISTRARS = ["observability.cli"]
+_REGISTRARS = ["observability.cli", "core.scenario", "contracts.cli", "dashboards.cli"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,10 @@
 
 ``[model]`` → ``ModelConfig``, ``[rollout]`` → ``RolloutConfig``, ``[algorithm]`` →
 ``AlgorithmConfig``, ``[optim]`` → ``OptimConfig``, ``[train]`` → ``TrainConfig``, ``[task]`` →
-``ArithmeticConfig``, ``[telemetry]`` → ``TelemetryConfig``. ``--set section.key=value`` overrides
-use TOML value syntax. Unknown sections or keys, wrong types and out-of-range values are errors
-naming the key and the allowed values; nothing else reads raw dicts.
+``ArithmeticConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``.
+``--set section.key=value`` overrides use TOML value syntax. Unknown sections or keys, wrong types
+and out-of-range values are errors naming the key and the allowed values; nothing else reads raw
+dicts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from core.algorithms.config import AlgorithmConfig
 from core.model.config import ModelConfig
+from core.quant.config import QuantConfig
 from core.rollout.config import RolloutConfig
 from core.tasks.arithmetic import ArithmeticConfig
 from core.train.config import OptimConfig, TrainConfig
@@ -41,6 +43,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
 
     def to_dict(self) -> dict:
         return {f.name: _section_dict(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -351,7 +351,13 @@ _TABLES = (
             RANK,
             CATEGORY,
             OWNER,
-            _nonneg("bytes", I64, "peak bytes", nullable=False),
+            _c(
+                "bytes",
+                I64,
+                "bytes at the step's peak instant; null = not measured (allocator on the CPU, "
+                "operator workspace); the runtime_margin/untracked line (measured - tracked) "
+                "may be negative",
+            ),
         ),
         key=("run_id", "step", "rank", "category", "owner"),
     ),

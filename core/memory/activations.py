@@ -71,6 +71,11 @@ class SavedActivations:
                 self._dtypes.add(str(tensor.dtype).removeprefix("torch."))
         return tensor
 
+    @property
+    def seen_storages(self) -> frozenset[tuple[str, int]]:
+        """(device, data pointer) of every storage the forward saved, excluded ones included."""
+        return frozenset(self._seen)
+
     @staticmethod
     def _unpack(tensor: torch.Tensor) -> torch.Tensor:
         return tensor

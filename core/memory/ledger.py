@@ -13,10 +13,14 @@ Design:
 - Timestamps are ``time.monotonic_ns()`` (an injectable clock); ``event_id`` is strictly
   increasing per ledger and orders events that share a timestamp.
 - Events are buffered until :meth:`MemoryLedger.flush_to`; the ledger keeps no event history.
+- The sink gets ``memory_events`` typed as the schema says: ``ts`` as epoch seconds (the monotonic
+  clock anchored to the wall clock once, at ledger creation, so event order is kept) and
+  ``logical_shape`` as a list of ints; :meth:`pending_columns` keeps the raw ns / string form.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -86,6 +90,7 @@ class MemoryLedger:
         self.rank = rank
         self.device = device if isinstance(device, Device) else Device.from_string(str(device))
         self._clock = clock
+        self._epoch_offset_ns = time.time_ns() - time.monotonic_ns()  # for the default clock
         self._last_ts = -1
         self._next_event_id = 0
         self._step = 0
@@ -346,12 +351,25 @@ class MemoryLedger:
         """Buffered (unflushed) events as columns of ``memory_events``."""
         return {col: [e[i] for e in self._pending] for i, col in enumerate(EVENT_COLUMNS)}
 
+    def telemetry_columns(self) -> dict[str, list[Any]]:
+        """Buffered events as ``memory_events`` columns for the sink (epoch-second ``ts``, list shapes)."""
+        cols = self.pending_columns()
+        cols["ts"] = [(ts + self._epoch_offset_ns) / 1e9 for ts in cols["ts"]]
+        cols["logical_shape"] = [json.loads(shape) for shape in cols["logical_shape"]]
+        return cols
+
     # ------------------------------------------------------------------ output
+    def flush_events_to(self, telemetry: Any) -> int:
+        """Emit buffered events to ``memory_events`` and clear the buffer; returns the row count."""
+        n = len(self._pending)
+        if n:
+            telemetry.emit("memory_events", self.telemetry_columns())
+            self._pending.clear()
+        return n
+
     def flush_to(self, telemetry: Any, step: int) -> Peak:
         """Emit buffered events to ``memory_events`` and ``step``'s peak to ``memory_peaks``."""
-        if self._pending:
-            telemetry.emit("memory_events", self.pending_columns())
-            self._pending.clear()
+        self.flush_events_to(telemetry)
         peak = self._peaks.peak(step)
         telemetry.emit("memory_peaks", peak.columns(rank=self.rank))
         return peak

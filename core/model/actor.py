@@ -23,6 +23,7 @@ from torch import nn
 
 from core.model.attention import ActorCoreAttention
 from core.model.config import ModelConfig
+from core.model.dsa_engines import actor_dsa_factory
 from core.model.moe import MoEMLP
 
 
@@ -106,6 +107,8 @@ class Actor(nn.Module):
             share_embeddings_and_output_weights=False,
             position_embedding_type="none",
         )
+        if dsa_factory is None and cfg.dsa_topk > 0:
+            dsa_factory = actor_dsa_factory(cfg, seed=seed)  # seeded, frozen unless dsa_trainable
         if dsa_factory is not None:
             for i, attn in enumerate(self.core_attentions()):
                 attn.dsa = dsa_factory(i)

@@ -3,7 +3,9 @@
 Design
 ------
 Input: indexer scores ``[B, Tq, Tk]`` (cast to float32) and query positions ``q_pos [Tq]`` (int);
-key ``s`` is *causal* for query ``t`` when ``s <= q_pos[t]``. Output (``TopkSelection``):
+key ``s`` is *causal* for query ``t`` when ``s <= q_pos[t]`` (and, given the optional per-row mask
+``allowed [B, Tq, Tk]``, the key is allowed: padded batches, see ``core.model.dsa_engines``).
+Output (``TopkSelection``):
 
 - ``indices [B, Tq, k]`` int64 — the selected key positions in **ascending** order, followed by
   ``-1`` padding when fewer than ``k`` causal keys exist (then every causal key is selected);
@@ -86,6 +88,7 @@ def select_topk(
     mode: str = "deterministic",
     noise_scale: float = 0.0,
     generator: torch.Generator | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> TopkSelection:
     """Select the top-``k`` causal keys of every query.
 
@@ -96,6 +99,8 @@ def select_topk(
         mode: ``deterministic`` or ``nondeterministic``.
         noise_scale: std of the additive score noise, nondeterministic mode only, >= 0.
         generator: RNG on ``scores.device`` for the nondeterministic mode (None: global RNG).
+        allowed: optional [B, Tq, Tk] bool, per-row keys that may be chosen (e.g. not padding);
+            a key counts as causal only where it is also allowed (None: every key is allowed).
 
     Returns:
         TopkSelection with indices/valid [B, Tq, k] and boundary_ties [B, Tq].
@@ -112,6 +117,8 @@ def select_topk(
     b, tq, tk = scores.shape
     canon = canonical_scores(scores)  # [B, Tq, Tk]
     causal = causal_mask(q_pos, tk).expand(b, tq, tk)  # [B, Tq, Tk]
+    if allowed is not None:
+        causal = causal & allowed  # [B, Tq, Tk]
     pos = torch.arange(tk, device=scores.device).expand(b, tq, tk)  # [B, Tq, Tk]
 
     if mode == "deterministic":

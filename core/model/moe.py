@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.quant.fake_quant import fake_quant
+
 
 def route(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Deterministic top-k routing.
@@ -57,6 +59,7 @@ class MoEMLP(nn.Module):
         self.w_down = nn.Parameter(torch.randn(num_experts, h, f) * std)
         self.last_routes: torch.Tensor | None = None  # [S, B, k]
         self.replay_routes: torch.Tensor | None = None  # [S, B, k] when replaying
+        self.quant_spec = None  # QAT: a core.quant QuantSpec fake-quantizes the expert weights
 
     def forward(self, hidden: torch.Tensor, padding_mask=None, **_: object):
         s, b, h = hidden.shape
@@ -68,6 +71,10 @@ class MoEMLP(nn.Module):
         else:
             experts, gates = route(logits, self.topk)
         self.last_routes = experts.detach().reshape(s, b, self.topk)
+        w_gu, w_dn = self.w_gate_up, self.w_down  # [E, 2F, H], [E, H, F]
+        if self.quant_spec is not None:  # rows of the stack are quantized independently
+            w_gu = fake_quant(w_gu.reshape(-1, h), self.quant_spec).view_as(w_gu)
+            w_dn = fake_quant(w_dn.reshape(-1, w_dn.shape[-1]), self.quant_spec).view_as(w_dn)
         out = torch.zeros_like(x)
         for e in range(self.num_experts):
             hit = experts == e  # [N, k]
@@ -75,8 +82,8 @@ class MoEMLP(nn.Module):
             if rows.numel() == 0:
                 continue
             gate = (gates * hit).sum(dim=-1)[rows].to(x.dtype)  # [n_e]
-            gu = x[rows] @ self.w_gate_up[e].t()
+            gu = x[rows] @ w_gu[e].t()
             g, u = gu.chunk(2, dim=-1)
-            y = (F.silu(g) * u) @ self.w_down[e].t()
+            y = (F.silu(g) * u) @ w_dn[e].t()
             out = out.index_add(0, rows, y * gate[:, None])
         return out.reshape(s, b, h), None

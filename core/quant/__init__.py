@@ -1,6 +1,9 @@
 """Weight quantization: one spec, one quantizer, shared by QAT, weight sync and rollout.
 
 The megatron QAT linears live in ``core.quant.qat_linear`` (not re-exported: it imports megatron).
+Training-core integration (not re-exported): ``config`` (``[quant]``), ``qat_actor`` (QAT modules
+in the actor), ``sync_quantizer`` (weight-sync quantize phase), ``experts`` (packed MoE experts),
+``telemetry`` (qparams rows per producer) and ``wiring`` (the session's hooks).
 """
 
 from core.quant.fake_quant import fake_quant

@@ -46,6 +46,10 @@ class QuantizedLinearWeight:
         """Bytes of the stored tensors (codes, scales, zero points, shape)."""
         return sum(t.numel() * t.element_size() for t in self.entries.values())
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The stored tensors by entry name (weight-sync checksums and byte counts)."""
+        return dict(self.entries)
+
     def to(self, device: torch.device | str) -> QuantizedLinearWeight:
         """Move the stored tensors to ``device`` (in place) and return self."""
         self.entries = {k: v.to(device) for k, v in self.entries.items()}

@@ -23,12 +23,11 @@ import torch
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.spec_utils import ModuleSpec
 
+from core.quant.config import QAT_SCOPES
 from core.quant.fake_quant import fake_quant
 from core.quant.presets import get_preset
 from core.quant.quantizer import QuantizedTensor, quantize
 from core.quant.spec import QuantSpec
-
-QAT_SCOPES = ("all_linears", "experts_only")
 
 
 def _resolve(quant_spec: QuantSpec | str) -> QuantSpec:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.quant.sync_quantizer import rollout_spec
 from core.rollout.sampling import LOGPROB_MODES, SamplingParams
 
 PRECISION_CHOICES = ("fp32", "bf16", "w4a16", "w8a16", "fp8")
@@ -15,7 +16,8 @@ class RolloutConfig:
     precision: str = "fp32"
     """Engine numerics: ``fp32``, ``bf16``, or quantized weights ``w4a16`` / ``w8a16`` / ``fp8``."""
     quant_preset: str = "int4-g32-sym"
-    """Quantizer preset for ``w4a16`` (see ``core.quant``)."""
+    """Int4 quantizer preset for ``w4a16`` (``core.quant.presets``); ``w8a16`` uses
+    ``int8-channel`` and ``fp8`` uses ``fp8-e4m3-channel``."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
     top_p: float = 1.0
@@ -41,6 +43,7 @@ class RolloutConfig:
         if self.topk_mode not in TOPK_MODES:
             raise ValueError(f"rollout.topk_mode={self.topk_mode!r} not in {list(TOPK_MODES)}")
         self.sampling()  # validates temperature / top_p / top_k / max_new_tokens
+        rollout_spec("w4a16", self.quant_preset)  # ValueError naming rollout.quant_preset
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(

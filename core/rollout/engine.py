@@ -81,6 +81,7 @@ class RolloutEngine:
         self.weights: dict[str, object] = {}
         self.policy_version = -1
         self.dsa = dsa or {}  # layer -> callable(q, k, v, q_pos, key_valid) -> (out, selection)
+        self.memory_hooks = None  # core.train.memory_hooks.TrainingMemory: KV caches to the ledger
 
     # ---- weights -------------------------------------------------------------------------
     def load_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
@@ -168,8 +169,11 @@ class RolloutEngine:
 
     def _new_cache(self, b: int, t: int) -> list:
         shape = (b, t, self.cfg.num_kv_heads, self.cfg.head_dim)
-        return [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype))
-                for _ in range(self.cfg.num_layers)]
+        cache = [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype))
+                 for _ in range(self.cfg.num_layers)]
+        if self.memory_hooks is not None:  # the ledger frees it when the tensors die
+            self.memory_hooks.kv_cache_allocated(cache)
+        return cache
 
     # ---- public API --------------------------------------------------------------------------
     @torch.no_grad()

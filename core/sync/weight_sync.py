@@ -27,6 +27,8 @@ def tensor_checksum(t: torch.Tensor) -> str:
     data = t.detach().contiguous().cpu()
     if data.dtype == torch.bfloat16:
         data = data.view(torch.int16)
+    elif data.dtype == torch.float8_e4m3fn:  # fp8 rollout codes: no numpy dtype, hash the bits
+        data = data.view(torch.uint8)
     return hashlib.blake2b(data.numpy().tobytes(), digest_size=8).hexdigest()
 
 
@@ -63,6 +65,7 @@ class WeightSync:
         self.quantizer = quantizer  # callable(engine_weights, version) -> engine_weights, or None
         self.temperature = temperature
         self.sync_id = 0
+        self.memory_hooks = None  # core.train.memory_hooks.TrainingMemory: buffers to the ledger
 
     def sync(self, actor: Actor, version: int, probe: tuple[torch.Tensor, torch.Tensor]) -> SyncReport:
         rows: dict[str, list] = {k: [] for k in ("sync_id", "policy_version", "phase", "ts", "bytes",
@@ -81,16 +84,25 @@ class WeightSync:
             t = now
 
         gathered = {k: v.detach().clone() for k, v in actor.named_weights().items()}
+        mem = self.memory_hooks
+        if mem is not None:
+            mem.sync_gathered(gathered)
         _, _, gbytes = payload_checksum(gathered)
         phase("gather", gbytes, None)
         payload = actor_to_rollout(gathered, actor.cfg)
+        if mem is not None:
+            mem.sync_buffers("reshard", payload)
         phase("reshard", gbytes, None)
         if self.quantizer is not None:
             payload = self.quantizer(payload, version)
+            if mem is not None:
+                mem.sync_buffers("quantize", payload, replaces="reshard")
             phase("quantize", payload_checksum(payload)[2], None)
         sent, per_tensor, nbytes = payload_checksum(payload)
         phase("send", nbytes, sent)
         self.engine.load_weights(payload, version)
+        if mem is not None:
+            mem.weights_switched(self.engine.weights, version)
         phase("switch", nbytes, None)
         received, _, _ = payload_checksum(self.engine_payload(per_tensor))
         if self.engine.precision in ("fp32",) and received != sent:
@@ -98,6 +110,8 @@ class WeightSync:
         probe_max, probe_mean = self.probe(actor, *probe)
         phase("ack", nbytes, received, probe_max)
         self.telemetry.emit("weight_syncs", rows)
+        if mem is not None:
+            mem.sync_done()
         report = SyncReport(self.sync_id, version, probe_max, probe_mean, nbytes)
         self.sync_id += 1
         return report

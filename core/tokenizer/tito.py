@@ -92,3 +92,21 @@ def _powers(base: int, length: int, modulus: int, device: torch.device) -> torch
         square = square * square % modulus
         remaining = remaining >> 1
     return result
+
+
+def unpadded_prefix_hashes(ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``prefix_hashes`` of each sample's real tokens, independent of its left padding.
+
+    Args:
+        ids: [B, T] token IDs, left-padded; valid: [B, T] bool, True on real tokens (a contiguous
+            run after the padding).
+    Returns:
+        [B, T] int64: at a real slot, the hash of the sample's real tokens up to that slot (what a
+        reader recomputes from the stored per-token rows); 0 on padding.
+    """
+    b, t = ids.shape
+    offset = (~valid).long().cumprod(dim=1).sum(dim=1, keepdim=True)  # [B, 1] leading pads
+    src = (torch.arange(t, device=ids.device)[None, :] + offset).clamp_max(t - 1)  # [B, T]
+    left = prefix_hashes(ids.gather(1, src))  # [B, T] hashes of the left-aligned sequence
+    back = (torch.arange(t, device=ids.device)[None, :] - offset).clamp_min(0)  # [B, T]
+    return torch.where(valid, left.gather(1, back), torch.zeros_like(left))

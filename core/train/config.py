@@ -46,6 +46,8 @@ class TrainConfig:
     """Fault: the trainer re-tokenizes decoded text instead of using the rollout's token IDs."""
     probe_size: int = 8
     """Probe batch size for the weight-sync log-prob check."""
+    routing_replay: bool = False
+    """MoE routing replay: the actor's MoE layers use the rollout's recorded routes."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:

@@ -123,5 +123,12 @@ def demo(args) -> int:
     ).fetchall()
     for step, mismatch, n in rows[:5] + ([("...", None, None)] if len(rows) > 5 else []):
         print(f"  step {step}: {mismatch:.3e} over {n} tokens" if n else "  ...")
+    print(f"\ngate: closedloop gate {run_dir}")
+    from contracts import run_gate
+    from contracts.report import format_table
+
+    gate = run_gate(run_dir)
+    print(format_table(gate))
+    rc = gate.exit_code
     print(f"\nopen the dashboard: closedloop dashboard {args.run_dir}  (or: make dashboard)")
-    return 0
+    return rc

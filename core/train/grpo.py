@@ -28,11 +28,13 @@ from core.algorithms.policy_loss import clipped_policy_loss
 from core.algorithms.trust import STALE_CODE, trust_mask
 from core.tasks.arithmetic import make_prompts, verify
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt
-from core.tokenizer.tito import prefix_hashes
+from core.tokenizer.tito import unpadded_prefix_hashes
 from core.train.batch import build_train_batch
 from core.train.evaluate import greedy_accuracy
 from core.train.records import reward_component_rows, sample_rows, token_rows
 from core.train.session import Session
+from core.train.sparse_capture import capture_sparse, routing_replay
+from core.train.sparse_records import emit_sparse_rows
 from observability.sampling import keep_tokens_for
 
 
@@ -45,6 +47,7 @@ def rollout_step(s: Session, step: int):
     prompts = [encode_prompt(p.question, tok=s.tok) for p in problems]
     rb = s.engine.generate(prompts, cfg.rollout.sampling(), eos_id=s.tok.eos_id,
                            pad_id=s.tok.pad_id, generator=s.generator)
+    s.memory.rollout_done(rb)  # live IO, handed to the trainer
     texts, verdicts = [], []
     for i, p in enumerate(problems):
         ids = rb.response_ids[i][rb.response_mask[i]].tolist()
@@ -58,6 +61,7 @@ def rollout_step(s: Session, step: int):
 def train_step(s: Session, step: int) -> dict:
     cfg, alg = s.cfg, s.cfg.algorithm
     t0 = time.perf_counter()
+    s.memory.begin_step(step)  # memory ledger (core.train.memory_hooks): the step's peak window
     problems, rb, texts, verdicts, rewards = rollout_step(s, step)
     t_rollout = time.perf_counter() - t0
 
@@ -68,7 +72,10 @@ def train_step(s: Session, step: int) -> dict:
     stale = staleness > alg.staleness_limit
 
     s.actor.train()
-    logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
+    s.memory.forward_begin(tb)  # measures saved activations until forward_end
+    with routing_replay(s.actor, rb, enabled=cfg.train.routing_replay):
+        logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
+    sparse = capture_sparse(s.actor, rb, tb)  # DSA/MoE records (None if dense), before the probe
     logp, entropy = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
     entropy = entropy.detach()
     old_logp = logp.detach()  # one optimizer step per rollout batch: π_old = π_train at step start
@@ -81,22 +88,28 @@ def train_step(s: Session, step: int) -> dict:
     loss, lm = clipped_policy_loss(logp, old_logp, adv, trusted, eps_low=alg.eps_low,
                                    eps_high=alg.eps_high, agg_mode=alg.loss_agg_mode,
                                    denominator=tb.action_mask.sum())
+    s.memory.forward_end(logits, sparse=sparse)  # these stay alive for the step
     s.optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    s.memory.backward_done()  # new gradients in, saved activations out
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(s.actor.parameters(), clip)
     s.optimizer.step()
+    s.memory.optimizer_stepped()
     s.version += 1
     t_train = time.perf_counter() - t0 - t_rollout
     if s.version % cfg.rollout.sync_every == 0:
         s.sync()
+    s.memory.end_step(step)  # frees the step's live IO; memory_events / memory_peaks rows
 
     metrics = _step_metrics(tb, old_logp, entropy, trusted, reason, lm, adv_m, loss, grad_norm)
     metrics.update(step=step, policy_version=s.version, staleness_max=staleness,
                    rollout_time_s=t_rollout, train_time_s=t_train,
                    step_time_s=time.perf_counter() - t0, lr=cfg.optim.lr)
+    if sparse is not None:
+        metrics.update(sparse.metrics())  # topk_agreement / route_agreement
     _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, old_logp, entropy, reason,
-          stale, metrics)
+          stale, metrics, sparse)
     return metrics
 
 
@@ -126,7 +139,7 @@ def _step_metrics(tb, train_lp, entropy, trusted, reason, lm, adv_m, loss, grad_
 
 
 def _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, train_lp, entropy, reason,
-          stale, metrics) -> None:
+          stale, metrics, sparse=None) -> None:
     n = len(problems)
     sample_ids = torch.arange(s.next_sample_id, s.next_sample_id + n, dtype=torch.int64)
     s.next_sample_id += n
@@ -154,7 +167,9 @@ def _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, train_lp, en
             rollout_targets=tb.rollout_targets, valid_rollout=valid_rollout, n_prompt=tb.n_prompt,
             action_mask=tb.action_mask, rollout_logp=tb.rollout_logp, train_logp=train_lp,
             reason=reason, advantages=adv, entropy=entropy.detach(),
-            prefix_hash=prefix_hashes(rollout_ids), version_rollout=rb.policy_version, keep=keep))
+            prefix_hash=unpadded_prefix_hashes(rollout_ids, valid_rollout), version_rollout=rb.policy_version, keep=keep))
+    if sparse is not None:
+        emit_sparse_rows(s.telemetry, sparse, step=step, sample_ids=sample_ids, keep=keep)
     row = {k: [v] for k, v in metrics.items()}
     row.update(rank=[0], wall_time=[datetime.now(UTC)], peak_memory_bytes=[s.peak_memory(step)])
     s.telemetry.emit("steps", row)
@@ -162,6 +177,7 @@ def _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, train_lp, en
 
 
 def evaluate(s: Session, step: int) -> float:
+    s.memory.begin_step(step)
     r = greedy_accuracy(s.engine, s.tok, s.cfg.task, n=s.cfg.train.eval_size,
                         max_new_tokens=s.cfg.rollout.max_new_tokens)
     s.telemetry.emit("evals", {"step": [step], "policy_version": [s.engine.policy_version],
@@ -175,7 +191,9 @@ def run_grpo(s: Session, *, steps: int, progress=None) -> dict:
     first = evaluate(s, 0)
     history = []
     for step in range(steps):
+        t0 = time.perf_counter()
         m = train_step(s, step)
+        m["wall_step_s"] = time.perf_counter() - t0  # includes telemetry emission
         history.append(m)
         if progress is not None:
             progress(m)
@@ -183,4 +201,5 @@ def run_grpo(s: Session, *, steps: int, progress=None) -> dict:
         if every and (step + 1) % every == 0 and step + 1 < steps:
             evaluate(s, step + 1)
     last = evaluate(s, steps) if steps else first
+    s.memory.finish()  # last memory events; raises if a non-persistent object was never freed
     return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}

@@ -13,11 +13,15 @@ import torch
 
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
+from core.model.dsa_engines import engine_dsa
+from core.model.upcycle import sparse_from_dense
+from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine, left_pad
 from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
 from core.tokenizer.chat_template import encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
+from core.train.memory_hooks import TrainingMemory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE_PRECISION = {"fp32": "fp32", "bf16": "bf16", "w4a16": "bf16", "w8a16": "bf16", "fp8": "bf16"}
@@ -35,16 +39,25 @@ class Session:
         if self.tok.vocab_size > model_cfg.vocab_size:
             raise ValueError(f"tokenizer vocab {self.tok.vocab_size} > model.vocab_size {model_cfg.vocab_size}")
         overrides = {k: v for k, v in dataclasses.asdict(cfg.model).items()
-                     if k in ("dsa_topk", "dsa_index_heads", "dsa_index_dim", "dsa_trainable")}
+                     if k in ("dsa_topk", "dsa_index_heads", "dsa_index_dim", "dsa_trainable",
+                              "moe_layers", "num_experts", "moe_topk")}
         self.model_cfg = dataclasses.replace(model_cfg, **overrides)
-        self.actor = Actor(self.model_cfg, seed=cfg.train.seed)
-        self.actor.load_weights(weights)
+        self.quant = build_quant_wiring(cfg.quant, precision=cfg.rollout.precision,
+                                        quant_preset=cfg.rollout.quant_preset, model_cfg=self.model_cfg)
+        self.actor = Actor(self.model_cfg, seed=cfg.train.seed,
+                           linear_overrides=self.quant.linear_overrides)
+        self.quant.attach(self.actor)
+        self.actor.load_weights(sparse_from_dense(weights, self.actor, seed=cfg.train.seed))
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in self.actor.parameters() if p.requires_grad], lr=o.lr,
             betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         self.engine = RolloutEngine(self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision])
-        self.weight_sync = WeightSync(self.engine, telemetry, temperature=cfg.rollout.temperature)
+        self.engine.dsa = engine_dsa(self.engine, topk_mode=cfg.rollout.topk_mode, seed=cfg.train.seed)
+        self.weight_sync = WeightSync(self.engine, telemetry, quantizer=self.quant.quantizer,
+                                      temperature=cfg.rollout.temperature)
+        self.memory = TrainingMemory(self.actor, self.optimizer, telemetry=telemetry,
+                                     engine=self.engine, weight_sync=self.weight_sync)
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
         self.version = 0
         self.next_sample_id = 0
@@ -61,7 +74,9 @@ class Session:
 
     def sync(self):
         self.last_sync = self.weight_sync.sync(self.actor, self.version, self.probe_batch)
+        self.quant.record(self.actor, self.engine, self.version, self.telemetry)  # qparams rows
         return self.last_sync
 
     def peak_memory(self, step: int) -> int | None:
-        return None
+        """Tracked bytes at ``step``'s memory peak (the ledger, ``core.train.memory_hooks``)."""
+        return self.memory.peak_bytes(step)

@@ -116,3 +116,17 @@ def test_prefix_hashes_depend_on_the_prefix_only():
     assert prefix_hashes(torch.zeros(2, 0, dtype=torch.int64)).shape == (2, 0)
     with pytest.raises(ValueError, match="integer"):
         prefix_hashes(a.float())
+
+
+def test_unpadded_prefix_hashes_ignore_left_padding():
+    import torch
+
+    from core.tokenizer.tito import prefix_hashes, unpadded_prefix_hashes
+
+    seq = torch.tensor([[7, 8, 9, 10]])
+    padded = torch.tensor([[0, 0, 7, 8, 9, 10], [5, 6, 7, 8, 9, 10]])
+    valid = torch.tensor([[False, False, True, True, True, True], [True] * 6])
+    got = unpadded_prefix_hashes(padded, valid)
+    assert torch.equal(got[0, 2:], prefix_hashes(seq)[0])
+    assert torch.equal(got[0, :2], torch.zeros(2, dtype=torch.int64))
+    assert torch.equal(got[1], prefix_hashes(padded[1:])[0])

@@ -29,8 +29,8 @@ def test_train_three_steps_through_cli(tmp_path):
 
 def test_same_seed_same_trajectory(tmp_path):
     """Determinism: two runs with the same seed produce identical rewards and log-probs."""
-    from tests.conftest import make_run
     from observability import open_run
+    from tests.conftest import make_run
 
     sums = []
     for name in ("a", "b"):

@@ -1,0 +1,10 @@
+"""Contract check groups, one file per contract; importing this package registers them all."""
+
+from contracts.checks import (  # noqa: F401  (registration side effects)
+    action,
+    memory,
+    regression,
+    schema,
+    sparse_version,
+    teacher_quant,
+)

@@ -1,0 +1,90 @@
+"""Contract *teacher & quantization*: distillation targets exist, every quantizer made the same bits.
+
+Rules: a teacher-scored sample (``samples.teacher_id`` set, or any token with a teacher log-prob)
+has a teacher ID and a finite teacher log-prob on every recorded action token; for every
+(policy version, tensor) the ``qat_fake`` and ``offline_real`` rows (and ``rollout_load`` when
+present) have equal code/scale/zero hashes and equal quantizer spec. A (version, tensor) missing
+one of the two required producers is a violation: bit-identity is unproven (fail closed).
+"""
+
+from __future__ import annotations
+
+from contracts.context import CheckContext, not_applicable
+from contracts.registry import check
+from contracts.result import CheckResult
+
+C = "teacher_quant"
+
+SPEC_COLUMNS = (
+    "bits",
+    "qmin",
+    "qmax",
+    "group_size",
+    "symmetric",
+    "scale_dtype",
+    "rounding",
+    "packing",
+)
+"""Quantizer spec columns that must agree (mirrors ``core.quant.qparams.SPEC_COLUMNS``)."""
+HASH_COLUMNS = ("scale_hash", "code_hash", "zero_hash")
+"""Tensor hashes that must agree (mirrors ``core.quant.qparams.HASH_COLUMNS``)."""
+REQUIRED_PRODUCERS = ("qat_fake", "offline_real")
+
+
+@check(C, "teacher_logps_present")
+def teacher_logps_present(ctx: CheckContext) -> CheckResult:
+    """Teacher-scored samples have a teacher ID and teacher log-probs on every action token."""
+    n_samples = ctx.scalar("SELECT count(*) FROM samples WHERE teacher_id IS NOT NULL")
+    n_tokens = ctx.token_counts["teacher_logps"]
+    if not n_samples and not n_tokens:
+        return not_applicable("no sample is teacher-scored")
+    source = """
+        WITH ids AS (SELECT sample_id FROM samples WHERE teacher_id IS NOT NULL
+                     UNION SELECT sample_id FROM tokens WHERE teacher_logp IS NOT NULL),
+        tok AS (
+            SELECT t.sample_id, count(*) FILTER (WHERE t.role = 'action') AS n_action_tokens,
+                   count(*) FILTER (WHERE t.role = 'action'
+                                    AND NOT coalesce(isfinite(t.teacher_logp), false))
+                       AS n_missing_teacher_logp,
+                   min(t.pos) FILTER (WHERE t.role = 'action'
+                                      AND NOT coalesce(isfinite(t.teacher_logp), false))
+                       AS first_missing_pos
+            FROM tokens t SEMI JOIN ids ON t.sample_id = ids.sample_id GROUP BY t.sample_id)
+        SELECT ids.sample_id, s.step, s.teacher_id, coalesce(tok.n_action_tokens, 0)
+               AS n_action_tokens, coalesce(tok.n_missing_teacher_logp, 0)
+               AS n_missing_teacher_logp, tok.first_missing_pos
+        FROM ids LEFT JOIN samples s ON s.sample_id = ids.sample_id
+                 LEFT JOIN tok ON tok.sample_id = ids.sample_id"""
+    return ctx.count_violations(
+        source=source,
+        violation="nullif(teacher_id, '') IS NULL OR n_missing_teacher_logp > 0",
+        order="sample_id",
+        message="teacher-scored samples without a teacher id or with action tokens lacking a "
+        "finite teacher log-prob",
+    )
+
+
+@check(C, "quant_bit_identical")
+def quant_bit_identical(ctx: CheckContext) -> CheckResult:
+    """For every (policy version, tensor), QAT fake-quant and offline real-quant are bit-identical."""
+    if not ctx.scalar("SELECT count(*) FROM qparams"):
+        return not_applicable("the run recorded no quantization parameters")
+    compared = (*SPEC_COLUMNS, *HASH_COLUMNS, "numel")
+    differs = ", ".join(
+        f"""CASE WHEN count(DISTINCT coalesce("{c}"::VARCHAR, '<null>')) > 1 THEN '{c}' END"""
+        for c in compared
+    )
+    rows = ", ".join(f"'{c}': \"{c}\"" for c in ("producer", *HASH_COLUMNS))
+    source = f"""
+        SELECT policy_version, tensor, list(DISTINCT producer ORDER BY producer) AS producers,
+               list_filter([{differs}], lambda x: x IS NOT NULL) AS differing_columns,
+               list({{{rows}}} ORDER BY producer) AS rows
+        FROM qparams GROUP BY policy_version, tensor"""
+    required = ", ".join(f"'{p}'" for p in REQUIRED_PRODUCERS)
+    return ctx.count_violations(
+        source=source,
+        violation=f"len(differing_columns) > 0 OR NOT list_has_all(producers, [{required}])",
+        order="policy_version, tensor",
+        message="(policy version, tensor) pairs whose producers disagree on codes, scales or "
+        f"spec, or lack one of {list(REQUIRED_PRODUCERS)}",
+    )

@@ -1,0 +1,177 @@
+"""What a check sees: the run's DuckDB views, its declared rule (``RunInfo``), the policy, a baseline.
+
+Plus the SQL helpers every check group shares: rows as dicts, the one-pass "count the population
+and its violations, then fetch up to 5 examples" pattern, and result constructors. Predicates are
+fail-closed: a violation predicate that evaluates to NULL counts as a violation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from contracts.policy import Policy
+from contracts.result import ERROR, MAX_EXAMPLES, NOT_APPLICABLE, CheckResult, json_safe, verdict
+
+
+class CheckError(Exception):
+    """The check cannot be evaluated on this run (reported as ``error``: fails the gate)."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The run's latest ``runs`` row: identity and declared rule."""
+
+    run_id: str
+    status: str | None
+    schema_version: int | None
+    vocab_size: int | None
+    tokenizer_rev: str | None
+    chat_template_rev: str | None
+    icepop_beta: float | None
+    dis_eps_low: float | None
+    dis_eps_high: float | None
+    staleness_limit: int | None
+    config: dict
+
+    @property
+    def trust_rule(self) -> str:
+        """``icepop``, ``dis`` or ``none`` from the declared columns (config as a fallback)."""
+        icepop = self.icepop_beta is not None
+        dis = self.dis_eps_low is not None or self.dis_eps_high is not None
+        if icepop and dis:
+            raise CheckError("run declares both an IcePop beta and DIS epsilons")
+        if icepop:
+            return "icepop"
+        if dis:
+            if self.dis_eps_low is None or self.dis_eps_high is None:
+                raise CheckError("run declares only one of dis_eps_low / dis_eps_high")
+            return "dis"
+        rule = self.config.get("algorithm", {}).get("trust_rule")
+        if rule == "none":
+            return "none"
+        raise CheckError(
+            f"run declares no trust rule (icepop_beta, dis_eps_* null; config trust_rule={rule!r})"
+        )
+
+
+def _nan_to_none(value: Any) -> Any:
+    return None if isinstance(value, float) and value != value else value
+
+
+class CheckContext:
+    """One gate invocation's view of a run (and optionally a baseline run)."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        *,
+        run_dir: Path,
+        policy: Policy,
+        baseline: duckdb.DuckDBPyConnection | None = None,
+        baseline_dir: Path | None = None,
+    ) -> None:
+        self.con = con
+        self.run_dir = run_dir
+        self.policy = policy
+        self.baseline = baseline
+        self.baseline_dir = baseline_dir
+
+    @cached_property
+    def run(self) -> RunInfo:
+        rows = self.rows("SELECT * FROM runs")
+        if not rows:
+            raise CheckError("the runs table has no row: the run's identity and rule are unknown")
+        if len(rows) > 1:
+            ids = sorted(r["run_id"] for r in rows)
+            raise CheckError(f"one run expected in {self.run_dir}, found {ids}")
+        r = {k: _nan_to_none(v) for k, v in rows[0].items()}
+        try:
+            config = json.loads(r["config"]) if r.get("config") else {}
+        except json.JSONDecodeError as e:
+            raise CheckError(f"runs.config is not valid JSON: {e}") from e
+        return RunInfo(
+            **{k: r.get(k) for k in RunInfo.__dataclass_fields__ if k != "config"}, config=config
+        )
+
+    @cached_property
+    def token_counts(self) -> dict[str, int]:
+        """One pass over ``tokens``: rows, action rows, trainer ids and teacher log-probs."""
+        return self.rows(
+            "SELECT count(*) AS tokens, count(*) FILTER (WHERE role = 'action') AS actions, "
+            "count(train_token_id) AS train_token_ids, count(teacher_logp) AS teacher_logps "
+            "FROM tokens"
+        )[0]
+
+    # -- SQL helpers ---------------------------------------------------------------------------
+
+    def rows(self, sql: str, params: list | None = None) -> list[dict[str, Any]]:
+        """All result rows of ``sql`` as dicts."""
+        cur = self.con.execute(sql, params or [])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def scalar(self, sql: str, params: list | None = None) -> Any:
+        rows = self.con.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    def count_violations(
+        self,
+        *,
+        source: str,
+        violation: str,
+        columns: str = "*",
+        order: str = "1",
+        one_per: str | None = None,
+        message: str,
+        params: list | None = None,
+    ) -> CheckResult:
+        """Rows of ``source`` (a SELECT) and those where ``violation`` holds (NULL counts).
+
+        One pass counts both; a second query fetches up to ``MAX_EXAMPLES`` violating rows
+        (``columns``, ordered by ``order``) only when there are violations; ``one_per`` (e.g.
+        ``"sample_id"``) keeps only the first violating row of each such group as an example.
+        """
+        bad = f"coalesce(({violation}), true)"
+        n, n_bad = self.con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE {bad}) FROM ({source})", params or []
+        ).fetchall()[0]
+        examples = []
+        if n_bad:
+            first = (
+                f"QUALIFY row_number() OVER (PARTITION BY {one_per} ORDER BY {order}) = 1 "
+                if one_per
+                else ""
+            )
+            examples = self.rows(
+                f"SELECT {columns} FROM ({source}) WHERE {bad} {first}ORDER BY {order} "
+                f"LIMIT {MAX_EXAMPLES}",
+                params,
+            )
+        return finding(
+            verdict(n_violations=n_bad),
+            observed=n_bad,
+            threshold=0,
+            n_rows=n,
+            n_violations=n_bad,
+            examples=examples,
+            message=message,
+        )
+
+
+def finding(status: str, *, examples: list | None = None, **fields: Any) -> CheckResult:
+    """A result without ids (the gate fills in contract and check)."""
+    return CheckResult("", "", status, examples=json_safe(examples or []), **fields)
+
+
+def not_applicable(message: str) -> CheckResult:
+    return finding(NOT_APPLICABLE, message=message)
+
+
+def error(message: str) -> CheckResult:
+    return finding(ERROR, message=message)

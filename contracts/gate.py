@@ -1,0 +1,154 @@
+"""The release gate: run every registered check over a run under a policy; fail closed.
+
+``run_gate`` opens the run (and an optional baseline) with ``observability.open_run``, runs each
+check the policy does not switch off, turns failures of warn-only checks into ``warn``, and
+records the results in the run's ``contract_results`` table. A check that raises is an
+``error`` (fails the gate); a run that cannot be opened or a bad policy raises ``GateUsageError``
+(exit 2). Simplification: checks run sequentially on one DuckDB connection.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+from contracts.context import CheckContext, CheckError, error
+from contracts.policy import Policy, load_policy
+from contracts.record import append_results
+from contracts.registry import CheckSpec, registered_checks
+from contracts.result import FAIL, WARN, CheckResult
+from observability import open_run
+from observability.parts import resolve_run_dir
+
+DUCKDB_MEMORY_LIMIT = "1GB"
+"""Memory limit of the gate's DuckDB connections (spills beyond; keeps the gate under 2 GB)."""
+
+
+class GateUsageError(ValueError):
+    """Bad arguments, a bad policy or a run that cannot be opened (CLI exit code 2)."""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Every check's result for one run under one policy."""
+
+    run_dir: Path
+    run_id: str
+    policy: Policy
+    baseline: Path | None
+    results: tuple[CheckResult, ...]
+    checked_at: datetime
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        """No check failed or errored (warn and not_applicable pass)."""
+        return not any(r.failed for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(r.status for r in self.results)
+
+    def result(self, check_id: str) -> CheckResult:
+        """The result of ``contract.check``; KeyError listing the ids on a typo."""
+        for r in self.results:
+            if r.id == check_id:
+                return r
+        raise KeyError(f"no result for {check_id!r}; results: {[r.id for r in self.results]}")
+
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if r.failed]
+
+
+def _open(path: str | Path, what: str) -> tuple[Path, duckdb.DuckDBPyConnection]:
+    run_dir = resolve_run_dir(path)
+    try:
+        with warnings.catch_warnings():  # corrupt parts: reported by schema.store_readable
+            warnings.simplefilter("ignore")
+            con = open_run(run_dir)
+    except (ValueError, OSError, duckdb.Error) as e:
+        raise GateUsageError(f"cannot open {what} {path}: {e}") from e
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+    return run_dir, con
+
+
+def _run_one(spec: CheckSpec, ctx: CheckContext, mode: str) -> CheckResult:
+    t0 = time.perf_counter()
+    try:
+        result = spec.fn(ctx)
+    except CheckError as e:
+        result = error(str(e))
+    except Exception as e:  # fail closed: a check that cannot run fails the gate
+        result = error(f"{type(e).__name__}: {e}")
+    if mode == "warn" and result.status == FAIL:
+        result = result.replace(status=WARN)
+    return result.replace(
+        contract=spec.contract,
+        check=spec.name,
+        version=spec.version,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _run_id(ctx: CheckContext) -> str:
+    try:
+        return ctx.run.run_id
+    except CheckError:
+        return ctx.run_dir.name  # the writer's default run id
+
+
+def run_gate(
+    run_dir: str | Path,
+    policy: Policy | str | Path | None = None,
+    baseline: str | Path | None = None,
+    *,
+    record: bool = True,
+) -> GateResult:
+    """Gate the run at ``run_dir``; ``policy`` is a Policy or a TOML path (default release.toml).
+
+    With ``record`` the results are appended to the run's ``contract_results`` table.
+    Raises GateUsageError when the run, the baseline or the policy cannot be read.
+    """
+    t0 = time.perf_counter()
+    if not isinstance(policy, Policy):
+        try:
+            policy = load_policy(policy)
+        except ValueError as e:
+            raise GateUsageError(str(e)) from e
+    run_dir, con = _open(run_dir, "run")
+    base_dir, base_con = _open(baseline, "baseline") if baseline is not None else (None, None)
+    ctx = CheckContext(
+        con, run_dir=run_dir, policy=policy, baseline=base_con, baseline_dir=base_dir
+    )
+    try:
+        results = tuple(
+            _run_one(spec, ctx, policy.mode(spec.id))
+            for spec in registered_checks()
+            if policy.mode(spec.id) != "off" and (base_con is not None or not spec.needs_baseline)
+        )
+        gate = GateResult(
+            run_dir=run_dir,
+            run_id=_run_id(ctx),
+            policy=policy,
+            baseline=base_dir,
+            results=results,
+            checked_at=datetime.now(UTC),
+            seconds=time.perf_counter() - t0,
+        )
+    finally:
+        con.close()
+        if base_con is not None:
+            base_con.close()
+    if record:
+        append_results(gate)
+    return gate

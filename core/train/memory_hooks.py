@@ -1,0 +1,353 @@
+"""The training loop's memory-ledger glue: what each loop point creates, hands over and frees.
+
+One :class:`TrainingMemory` per session owns the :class:`MemoryLedger` (on the actor's device) and
+is called at fixed points of ``core.train.grpo``, by the rollout engine (each KV-cache allocation)
+and by the weight sync (its buffers and the weight switch); categories and owners are listed in
+``core.memory.categories``. Simplifications: payload, record and cache bytes are *distinct storage*
+bytes (views count once); a KV cache is freed when its tensors die (``weakref.finalize``); the
+sync's buffers that the engine installs as they are (fp32 ``.to`` is a no-op) move to the
+engine's weights at the switch instead of being counted twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from core.memory.activations import SavedActivations
+from core.memory.footprint import Key, distinct_bytes, iter_leaves, leaf_bytes, leaf_key
+from core.memory.ledger import MemoryLedger, tensor_layout
+from core.memory.model_state import free_gradients, track_model_state
+from core.memory.peak import Peak
+
+
+class TrainingMemory:
+    """The session's ledger and the calls the loop, the rollout engine and the weight sync make.
+
+    ``engine``/``weight_sync`` (optional) get ``memory_hooks = self`` so they report KV caches and
+    sync buffers. Loop order per step: :meth:`begin_step`, :meth:`rollout_done`,
+    :meth:`forward_begin`, :meth:`forward_end`, :meth:`backward_done`, :meth:`optimizer_stepped`,
+    :meth:`end_step`; :meth:`finish` once at the end of the run.
+    """
+
+    def __init__(
+        self,
+        actor: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        telemetry: Any,
+        engine: Any = None,
+        weight_sync: Any = None,
+        rank: int = 0,
+    ) -> None:
+        self.actor = actor
+        self.optimizer = optimizer
+        self.telemetry = telemetry
+        self.ledger = MemoryLedger(rank, str(next(actor.parameters()).device))
+        self._acts: SavedActivations | None = None
+        # the step's live IO, freed at end_step: name -> (tensors, storage keys); the tensors are
+        # excluded from saved activations and the keys from later live-IO objects
+        self._step_io: dict[str, tuple[list[torch.Tensor], set[Key]]] = {}
+        self._sync_buffers: dict[Key, str] = {}  # per-tensor payload buffers of the running sync
+        self._sync_objects: list[str] = []  # its aggregate buffers (the gathered weights)
+        self._sync_seen: set[Key] = set()  # storages inside those aggregates
+        self._engine_weights: dict[Key, str] = {}
+        self._kv_ids = itertools.count()
+        self._resyncs = itertools.count(1)
+        self._n_states = 0  # optimizer state entries seen by optimizer_stepped
+        track_model_state(self.ledger, actor, optimizer, owner="actor")
+        if engine is not None:
+            engine.memory_hooks = self
+        if weight_sync is not None:
+            weight_sync.memory_hooks = self
+
+    # ------------------------------------------------------------------ training loop points
+    def begin_step(self, step: int) -> None:
+        """Open ``step``'s peak window (also before an evaluation at ``step``)."""
+        self.ledger.set_step(step)
+
+    def rollout_done(self, rb: Any) -> None:
+        """The rollout batch exists (live IO): created by the rollout, handed to the trainer."""
+        topk = getattr(rb, "topk", None) or {}
+        records = {f.name: getattr(rb, f.name) for f in dataclasses.fields(rb) if f.name != "topk"}
+        self._live_io("rollout/records", records, producer="rollout.generate")
+        if topk:  # DSA Top-k index buffers, for the train/rollout Top-k agreement
+            self._live_io("rollout/dsa_topk", topk, producer="rollout.dsa_select")
+
+    def forward_begin(self, batch: Any) -> None:
+        """The trainer's batch exists (live IO); start measuring the actor's saved activations."""
+        self._live_io("trainer/train_batch", batch, producer="trainer.build_batch", owner="trainer")
+        self._acts = SavedActivations(
+            self.ledger,
+            owner="actor",
+            producer="actor.forward",
+            consumer="actor.backward",
+            exclude=[
+                *self.actor.parameters(),
+                *(t for ts, _ in self._step_io.values() for t in ts),
+            ],
+        )
+        self._acts.__enter__()
+
+    def forward_end(self, *outputs: torch.Tensor, sparse: Any = None) -> None:
+        """Forward and loss are built: the saved activations become one ledger object.
+
+        ``outputs`` (e.g. the logits [B, T, V]) are forward results the loop keeps alive for the
+        rest of the step; their storages that autograd did not save become ``actor/outputs``
+        (live IO, actor -> trainer). ``sparse`` (the step's train/rollout DSA Top-k and MoE
+        records, or None) becomes ``trainer/sparse_records``. Both are freed at :meth:`end_step`.
+        """
+        assert self._acts is not None, "forward_end without forward_begin"
+        self._acts.__exit__(None, None, None)
+        if sparse is not None:
+            self._live_io(
+                "trainer/sparse_records", sparse, producer="trainer.capture_sparse", owner="trainer"
+            )
+        if outputs:
+            seen = set(self._acts.seen_storages).union(*(k for _, k in self._step_io.values()))
+            nbytes, tensors, dtypes = distinct_bytes(outputs, seen)
+            if tensors:
+                self._drop_stale("actor/outputs")
+                self.ledger.create(
+                    "actor/outputs",
+                    "live_io",
+                    nbytes,
+                    logical_shape=tensors[0].shape,
+                    dtype="/".join(sorted(dtypes)),
+                    layout=tensor_layout(tensors[0]),
+                    producer="actor.forward",
+                    consumer="trainer.loss",
+                    owner="trainer",
+                )
+                self._step_io["actor/outputs"] = ([], set())
+
+    def backward_done(self) -> None:
+        """Last step's gradients went at ``zero_grad``, backward freed the activations and made
+        this step's gradients: recorded in that order, so no instant counts both."""
+        free_gradients(self.ledger, self.actor, owner="actor")
+        if self._acts is not None:
+            self._acts.free()
+            self._acts = None
+        track_model_state(self.ledger, self.actor, self.optimizer, owner="actor")
+
+    def optimizer_stepped(self) -> None:
+        """Track optimizer states created by the step (AdamW creates them on the first step)."""
+        n_states = sum(len(state) for state in self.optimizer.state.values())
+        if n_states != self._n_states:  # skip the walk over every parameter once nothing is new
+            track_model_state(self.ledger, self.actor, self.optimizer, owner="actor")
+            self._n_states = n_states
+
+    def end_step(self, step: int) -> Peak:
+        """Free the step's live IO, write events and ``step``'s peak to telemetry; return the peak."""
+        for name in self._step_io:
+            self.ledger.free(name)
+        self._step_io.clear()
+        return self.ledger.flush_to(self.telemetry, step)
+
+    def peak_bytes(self, step: int) -> int | None:
+        """Tracked bytes at ``step``'s peak instant (``steps.peak_memory_bytes``); None if unseen."""
+        try:
+            return self.ledger.step_peak(step).total
+        except KeyError:
+            return None
+
+    def finish(self) -> None:
+        """End of run: write the remaining events, then enforce the free rule (LedgerError)."""
+        self.ledger.flush_events_to(self.telemetry)
+        self.ledger.close()
+
+    def _drop_stale(self, name: str) -> None:
+        """Free ``name`` if a previous one is still live: its step never ended (e.g. a rollout
+        sampled outside a training step); the new object replaces it."""
+        if name in self._step_io:
+            self.ledger.free(name)
+            del self._step_io[name]
+
+    def _live_io(self, name: str, obj: Any, *, producer: str, owner: str = "rollout") -> None:
+        self._drop_stale(name)
+        seen = set().union(*(k for _, k in self._step_io.values()))
+        nbytes, tensors, dtypes = distinct_bytes(obj, seen)
+        self.ledger.create(
+            name,
+            "live_io",
+            nbytes,
+            logical_shape=(len(tensors),),
+            dtype="/".join(sorted(dtypes)) or "none",
+            layout="record",
+            producer=producer,
+            consumer="trainer.step",
+            owner=owner,
+        )
+        if owner != "trainer":
+            self.ledger.transfer(name, owner="trainer")
+        self._step_io[name] = (tensors, {leaf_key(t) for t in tensors})
+
+    # ------------------------------------------------------------------ rollout engine
+    def kv_cache_allocated(self, cache: Any) -> None:
+        """A KV cache was allocated; its ledger object is freed when its tensors die."""
+        nbytes, tensors, dtypes = distinct_bytes(cache, set())
+        if not tensors:
+            return
+        name = f"rollout/kv_cache/{next(self._kv_ids)}"
+        self.ledger.create(
+            name,
+            "saved_activations",
+            nbytes,
+            logical_shape=(len(tensors), *tensors[0].shape),
+            dtype="/".join(sorted(dtypes)),
+            layout=tensor_layout(tensors[0]),
+            producer="rollout.forward",
+            consumer="rollout.attention",
+            owner="rollout",
+            device=str(tensors[0].device),
+        )
+        weakref.finalize(tensors[0], self._release, name)
+
+    def _release(self, name: str) -> None:
+        if name in self.ledger:
+            self.ledger.free(name)
+
+    # ------------------------------------------------------------------ weight sync
+    def sync_gathered(self, gathered: Mapping[str, Any]) -> None:
+        """The actor's weights were gathered (copied) by name: one buffer object for the sync."""
+        nbytes, tensors, dtypes = distinct_bytes(gathered, self._sync_seen)
+        self.ledger.create(
+            "weight_sync/gather",
+            "communication_buffers",
+            nbytes,
+            logical_shape=(len(tensors),),
+            dtype="/".join(sorted(dtypes)) or "none",
+            layout="record",
+            producer="actor",
+            consumer="weight_sync.reshard",
+            owner="weight_sync",
+            device=str(tensors[0].device) if tensors else None,
+        )
+        self._sync_objects.append("weight_sync/gather")
+
+    def sync_buffers(
+        self, stage: str, payload: Mapping[str, Any], *, replaces: str | None = None
+    ) -> None:
+        """A sync stage's payload (``reshard``, ``quantize``) exists: one object per stored tensor.
+
+        Leaves already tracked (passed through from an earlier stage, or current engine weights)
+        are not counted again; ``replaces`` names the stage whose payload this one replaced: its
+        buffers not passed through are freed. Per tensor, so the switch can see what the engine
+        installs as it is.
+        """
+        producer, consumer = f"weight_sync.{stage}", "rollout.load_weights"
+        keep: set[Key] = set()
+        for name, obj in payload.items():
+            for sub, leaf, packed in iter_leaves(obj, name):
+                key = leaf_key(leaf)
+                keep.add(key)
+                if (
+                    key in self._sync_buffers
+                    or key in self._sync_seen
+                    or key in self._engine_weights
+                ):
+                    continue
+                obj_name = f"weight_sync/{stage}/{sub}"
+                if self._create_leaf(
+                    obj_name,
+                    leaf,
+                    packed,
+                    category="communication_buffers",
+                    owner="weight_sync",
+                    producer=producer,
+                    consumer=consumer,
+                ):
+                    self._sync_buffers[key] = obj_name
+        if replaces is not None:
+            prefix = f"weight_sync/{replaces}/"
+            for key, obj_name in list(self._sync_buffers.items()):
+                if obj_name.startswith(prefix) and key not in keep:
+                    self.ledger.free(self._sync_buffers.pop(key))
+
+    def weights_switched(self, weights: Mapping[str, Any], version: int) -> None:
+        """The engine installed ``weights`` (version ``version``); the previous ones are gone."""
+        new: dict[Key, str] = {}
+        tag = f"v{version}"
+        if any(n.startswith(f"rollout/weights/{tag}/") for n in self._engine_weights.values()):
+            tag = f"{tag}.{next(self._resyncs)}"  # the same version synced again
+        for name, obj in weights.items():
+            for sub, leaf, packed in iter_leaves(obj, name):
+                key = leaf_key(leaf)
+                if key in new:
+                    continue
+                if key in self._engine_weights:  # kept from the previous version
+                    new[key] = self._engine_weights.pop(key)
+                    continue
+                adopted = self._sync_buffers.pop(key, None)
+                if adopted is not None:  # the sync's buffer is now the engine's weight
+                    self.ledger.free(adopted)
+                obj_name = f"rollout/weights/{tag}/{sub}"
+                if self._create_leaf(
+                    obj_name,
+                    leaf,
+                    packed,
+                    category="model_state",
+                    owner="rollout",
+                    producer="weight_sync.switch",
+                    consumer="rollout.generate",
+                    persistent=True,
+                ):
+                    new[key] = obj_name
+        for obj_name in self._engine_weights.values():
+            self.ledger.free(obj_name)
+        self._engine_weights = new
+
+    def sync_done(self) -> None:
+        """The sync returned: its remaining buffers (gather, unadopted payload) are released."""
+        for obj_name in [*self._sync_objects, *self._sync_buffers.values()]:
+            self.ledger.free(obj_name)
+        self._sync_objects.clear()
+        self._sync_buffers.clear()
+        self._sync_seen.clear()
+
+    def _create_leaf(
+        self,
+        name: str,
+        leaf: Any,
+        packed: bool,
+        *,
+        category: str,
+        owner: str,
+        producer: str,
+        consumer: str,
+        persistent: bool = False,
+    ) -> bool:
+        nbytes = leaf_bytes(leaf)
+        if nbytes == 0:
+            return False
+        if isinstance(leaf, torch.Tensor):
+            self.ledger.track_tensor(
+                name,
+                leaf,
+                category=category,
+                owner=owner,
+                producer=producer,
+                consumer=consumer,
+                persistent=persistent,
+                bytes=nbytes,
+                layout="packed" if packed else None,
+            )
+        else:
+            self.ledger.create(
+                name,
+                category,
+                nbytes,
+                logical_shape=getattr(leaf, "shape", ()),
+                dtype=type(leaf).__name__,
+                layout="packed",
+                producer=producer,
+                consumer=consumer,
+                owner=owner,
+                persistent=persistent,
+            )
+        return True

@@ -1,0 +1,57 @@
+"""Memory: per-step peak bytes stacked by the seven ledger categories and by owner
+(``memory_peaks``), and live ledger bytes over time (``memory_events``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import charts, queries, ui
+from observability.schema import MEMORY_CATEGORIES
+
+GIB = float(1 << 30)
+
+
+def live_grid(live: pd.DataFrame) -> pd.DataFrame:
+    """Long (run_id, bucket, category, gib) on one time grid per run: last value carried forward."""
+    frames = []
+    for (run, device), sub in live.groupby(["run_id", "device"], sort=False):
+        wide = sub.pivot_table(index="bucket", columns="category", values="live", aggfunc="last")
+        wide = wide.sort_index().ffill().fillna(0.0)
+        t = sub.groupby("bucket")["ts"].max().reindex(wide.index)
+        long = wide.assign(ts=t.array).melt(id_vars="ts", var_name="category", value_name="b")
+        frames.append(long.assign(run_id=f"{run} · {device}", gib=long["b"] / GIB))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def body(runs) -> None:
+    ranks = sorted({r for run in runs for r in ui.handle(str(run.path)).query(queries.memory_ranks)})
+    if not ranks:
+        ui.no_data("memory ledger rows (memory_peaks, memory_events)")
+        return
+    rank = st.selectbox("rank", ranks, key="mem_rank") if len(ranks) > 1 else ranks[0]
+    margin = st.toggle("include the runtime margin (process memory the ledger does not track)",
+                       value=True, key="mem_margin")  # fmt: skip
+    for by, key in (("category", "mem_cat"), ("owner", "mem_owner")):
+        peaks = ui.gather(runs, queries.memory_peaks, rank=rank, by=by)
+        if peaks.empty:
+            ui.no_data("memory peaks")
+            break
+        if not margin:
+            untracked = "runtime_margin" if by == "category" else "untracked"
+            peaks = peaks[peaks["part"] != untracked]
+        peaks = peaks.assign(gib=peaks["bytes"].astype(float) / GIB)
+        order = MEMORY_CATEGORIES if by == "category" else ()
+        ui.chart(charts.stacked_areas(peaks, x="step", part="part", value="gib", order=order,
+                                      y_title="GiB", title=f"Peak memory by {by}"), key)  # fmt: skip
+    live = ui.gather(runs, queries.live_bytes, rank=rank)
+    if live.empty:
+        ui.no_data("memory events")
+        return
+    grid = live_grid(live)
+    ui.chart(charts.stacked_areas(grid, x="ts", part="category", value="gib",
+                                  order=MEMORY_CATEGORIES, y_title="GiB",
+                                  title="Live ledger bytes over time"), "mem_live")  # fmt: skip
+
+
+ui.live("Memory", body)

@@ -1,0 +1,52 @@
+"""Token view: pick a run, step and sample; per-token strips of Δlogp, trust mask, advantage and
+teacher gap, and the decoded tokens with prompt and observation tokens dimmed."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.tokenizer.tokenizer import Tokenizer
+from dashboards import charts, queries, ui
+from dashboards.tokentext import decode_each, token_html
+
+
+@st.cache_resource(show_spinner=False)
+def tokenizer() -> Tokenizer:
+    return Tokenizer.load()
+
+
+def body(runs) -> None:
+    names = [r.name for r in runs]
+    name = st.selectbox("run", names, key="tv_run") if len(runs) > 1 else names[0]
+    handle = ui.handle(str(next(r for r in runs if r.name == name).path))
+    steps = handle.query(queries.token_steps)
+    if not steps:
+        ui.no_data("samples with per-token rows")
+        return
+    step = st.selectbox("step", steps, key="tv_step")
+    samples = handle.query(queries.samples_at, step=step)
+    if samples.empty:
+        ui.no_data(f"samples at step {step}")
+        return
+    labels = {
+        int(r.sample_id): f"sample {r.sample_id} · group {r.group_id} · reward {r.reward:.2f}"
+        for r in samples.itertuples()
+    }
+    sample_id = st.selectbox("sample", list(labels), format_func=labels.get, key="tv_sample")
+    row = samples[samples["sample_id"] == sample_id].iloc[0]
+    cols = st.columns(4)
+    cols[0].metric("reward", f"{row['reward']:.3f}")
+    cols[1].metric("advantage", f"{row['advantage']:.3f}")
+    cols[2].metric("staleness", int(row["staleness"]) if row["staleness"] == row["staleness"] else "–")
+    cols[3].metric("status", str(row["status"]))
+    tokens = handle.query(queries.sample_tokens, step=step, sample_id=sample_id)
+    if tokens.empty:
+        ui.no_data("token rows for this sample")
+        return
+    texts = decode_each(tokenizer(), tokens["token_id"].tolist())
+    ui.chart(charts.token_strips(tokens, texts), "tv_strips")
+    st.markdown(token_html(tokens, texts), unsafe_allow_html=True)
+    st.caption("dimmed: prompt / observation tokens · shaded: |Δlogp| · outlined: masked")
+
+
+ui.live("Token view", body)

@@ -1,0 +1,133 @@
+"""``closedloop gate`` through the CLI: exit codes 0/1/2, JUnit XML, Markdown, recorded results,
+fail-closed behaviour (corrupt part, missing table, erroring check) and ``--baseline``."""
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import polars as pl
+import pytest
+
+from contracts import registry, run_gate
+from contracts.report import format_table
+from core.cli import main
+from observability.parts import list_parts
+from tests.contracts.store_edit import copy_run, edit_rows, query
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def run(tiny_run, tmp_path):
+    return copy_run(tiny_run, tmp_path)
+
+
+@pytest.fixture
+def stale_run(run):
+    """A copy with its first trained sample made stale beyond τ."""
+    (row,) = query(run, "SELECT min(sample_id) AS s FROM samples WHERE status = 'trained'")
+    edit_rows(run, "samples", pl.col("sample_id") == row["s"], {"staleness": 99})
+    return run
+
+
+def junit_cases(path) -> dict[str, ET.Element]:
+    suite = ET.parse(path).getroot().find("testsuite")
+    return {f"{c.get('classname')}.{c.get('name')}": c for c in suite.iter("testcase")}
+
+
+def test_clean_run_exits_0_with_junit_markdown_and_recorded_results(run, tmp_path, capsys):
+    junit, md = tmp_path / "out" / "gate.xml", tmp_path / "out" / "gate.md"
+    assert main(["gate", str(run), "--junit", str(junit), "--markdown", str(md)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["check", "status", "observed", "threshold", "violations"]
+    assert "gate PASSED" in out
+    cases = junit_cases(junit)
+    recorded = query(run, 'SELECT contract, "check", status FROM contract_results')
+    assert len(cases) == len(recorded) > 20  # one testcase and one stored row per check
+    assert {f"closedloop.{r['contract']}.{r['check']}" for r in recorded} == set(cases)
+    assert not [c for c in cases.values() if c.find("failure") is not None]
+    skipped = {k for k, c in cases.items() if c.find("skipped") is not None}
+    assert skipped == {
+        f"closedloop.{r['contract']}.{r['check']}"
+        for r in recorded
+        if r["status"] == "not_applicable"
+    }
+    assert md.read_text().startswith("## gate PASSED")
+
+
+def test_violation_exits_1_through_the_installed_cli(stale_run, tmp_path):
+    junit = tmp_path / "gate.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "core.cli", "gate", str(stale_run), "--junit", str(junit)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL sparse_version.staleness_within_limit" in proc.stdout
+    cases = junit_cases(junit)
+    failed = {k for k, c in cases.items() if c.find("failure") is not None}
+    assert failed == {"closedloop.sparse_version.staleness_within_limit"}
+    text = cases["closedloop.sparse_version.staleness_within_limit"].find("failure").text
+    (row,) = query(stale_run, "SELECT sample_id FROM samples WHERE staleness = 99")
+    assert f'"sample_id": {row["sample_id"]}' in text and '"staleness": 99' in text
+
+
+def test_usage_errors_exit_2(run, tmp_path, capsys):
+    assert main(["gate", str(tmp_path / "nope")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["gate", str(tmp_path / "empty")]) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[checks]\n"action.nope" = "warn"\n')
+    assert main(["gate", str(run), "--policy", str(bad)]) == 2
+    assert main(["gate", str(run), "--baseline", str(tmp_path / "nope")]) == 2
+    assert "unknown checks ['action.nope']" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse: missing RUN
+        main(["gate"])
+    assert e.value.code == 2
+
+
+def test_warn_and_off_modes(stale_run, tmp_path):
+    policy = tmp_path / "p.toml"
+    policy.write_text(
+        '[checks]\n"sparse_version.staleness_within_limit" = "warn"\n'
+        '"memory.create_has_free" = "off"\n'
+    )
+    assert main(["gate", str(stale_run), "--policy", str(policy)]) == 0
+    gate = run_gate(stale_run, policy=policy, record=False)
+    assert gate.result("sparse_version.staleness_within_limit").status == "warn"
+    assert "memory.create_has_free" not in {r.id for r in gate.results}
+
+
+def test_fail_closed_on_corrupt_part_missing_table_and_erroring_check(run, monkeypatch):
+    part = list_parts(run, "tokens")[0]
+    part.write_bytes(part.read_bytes()[:100])  # truncated by a disk-full crash
+    shutil.rmtree(run / "telemetry" / "qparams")
+    spec = registry._REGISTRY["action.masked_fraction"]
+
+    def boom(ctx):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setitem(registry._REGISTRY, spec.id, dataclasses.replace(spec, fn=boom))
+    gate = run_gate(run, record=False)
+    assert gate.exit_code == 1
+    store = gate.result("schema.store_readable")
+    problems = {e["problem"] for e in store.examples}
+    assert store.status == "fail" and problems == {"corrupt part", "missing table directory"}
+    r = gate.result("action.masked_fraction")
+    assert (r.status, r.message) == ("error", "RuntimeError: disk on fire")
+
+
+def test_baseline_regression_catches_the_bf16_engine(tiny_run, tiny_run_bf16, tmp_path):
+    bf16 = copy_run(tiny_run_bf16, tmp_path)
+    alone = run_gate(bf16, record=False)
+    assert alone.passed, format_table(alone)  # within the absolute thresholds
+    gate = run_gate(bf16, baseline=tiny_run, record=False)
+    assert {r.id for r in gate.failed()} == {"regression.mismatch_abs_mean"}
+    r = gate.result("regression.mismatch_abs_mean")
+    assert r.observed > r.threshold > 0 and r.examples[0]["baseline"] == str(tiny_run)
+    assert gate.result("regression.masked_fraction").status == "pass"
+    same = run_gate(tiny_run, baseline=tiny_run, record=False)
+    assert same.passed and same.result("regression.mismatch_abs_mean").status == "pass"

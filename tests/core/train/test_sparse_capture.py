@@ -1,0 +1,71 @@
+"""Train vs rollout sparse records: agreement rates on a hand-made step, chunk stacking, and
+routing replay on real rollouts (the actor's routes become the rollout's)."""
+
+import pytest
+import torch
+
+from core.train.sparse_capture import capture_sparse, routing_replay, stack_selections
+from tests.core.rollouts import rollout, session
+from tests.core.train.sparse_cases import hand_step, sel
+
+
+def test_agreement_golden():
+    # Top-k: layer 0 agrees on 3 of 4 action queries, layer 1 on 4 of 4 -> 7/8 = 0.875.
+    # Routes: one MoE layer, 3 of 4 action queries have the same expert set -> 0.75.
+    assert hand_step().metrics() == {"topk_agreement": 0.875, "route_agreement": 0.75}
+
+
+def test_agreement_counts_only_action_queries():
+    step = hand_step()
+    step.query_mask[0, 3] = True  # 5 action queries; layer 0 now misses 2: (3 + 5) / 10
+    assert step.metrics()["topk_agreement"] == 0.8
+
+
+def test_stack_selections_concatenates_chunks():
+    a, b = sel([[[0, -1], [0, 1]]]), sel([[[1, 2]]])
+    got = stack_selections([a, b])
+    assert got.indices.tolist() == [[[0, -1], [0, 1], [1, 2]]] and got.valid.shape == (1, 3, 2)
+
+
+@pytest.fixture(scope="module")
+def moe_bf16():
+    """All 4 layers MoE (upcycled), bf16 rollout: routes disagree now and then (measured ~1%)."""
+    s = session(
+        "model.moe_layers=[0,1,2,3]",
+        'rollout.precision="bf16"',
+        "algorithm.prompts_per_step=8",
+        "algorithm.group_size=8",
+    )
+    return (s, *rollout(s))
+
+
+def test_routes_disagree_without_replay(moe_bf16):
+    s, rb, tb = moe_bf16
+    with torch.no_grad():
+        s.actor.logits(tb.input_ids, tb.valid)
+    assert 0.9 < capture_sparse(s.actor, rb, tb).metrics()["route_agreement"] < 1.0
+
+
+def test_routing_replay_makes_actor_routes_equal_the_rollouts(moe_bf16):
+    s, rb, tb = moe_bf16
+    with torch.no_grad(), routing_replay(s.actor, rb, enabled=True):
+        s.actor.logits(tb.input_ids, tb.valid)
+    sparse = capture_sparse(s.actor, rb, tb)
+    assert sparse.metrics()["route_agreement"] == 1.0
+    w = rb.routes[0].shape[1]  # every slot the rollout ran, not only action queries
+    for layer, module in s.actor.moe_modules().items():
+        assert torch.equal(module.last_routes.transpose(0, 1)[:, :w], rb.routes[layer])
+        assert module.replay_routes is None  # cleared: the sync probe routes by itself
+
+
+def test_routing_replay_forces_given_routes(moe_bf16):
+    """Replay is not a no-op: arbitrary (valid) routes are used as given."""
+    s, rb, tb = moe_bf16
+    e = s.model_cfg.num_experts
+    forced = {layer: (r + 1) % e for layer, r in rb.routes.items()}
+    rb_forced = type(rb)(**{**rb.__dict__, "routes": forced})
+    with torch.no_grad(), routing_replay(s.actor, rb_forced, enabled=True):
+        s.actor.logits(tb.input_ids, tb.valid)
+    w = rb.routes[0].shape[1]
+    for layer, module in s.actor.moe_modules().items():
+        assert torch.equal(module.last_routes.transpose(0, 1)[:, :w], forced[layer])
