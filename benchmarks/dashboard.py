@@ -38,31 +38,56 @@ def panels(con) -> list[tuple[str, str, Callable[[], object]]]:
     sample = int(q.samples_at(con, step=step)["sample_id"].iloc[0])
     w = {"lo": lo, "hi": hi}
     return [
-        ("Overview", "runs table + alarms", lambda: (q.run_info(con), q.steps(con),
-                                                     q.contract_latest(con))),
+        (
+            "Overview",
+            "runs table + alarms",
+            lambda: (q.run_info(con), q.steps(con), q.contract_latest(con)),
+        ),
         ("Overview", "reward / eval curves", lambda: (q.steps(con), q.evals(con))),
         ("Mismatch", "per step (rollup)", lambda: q.steps(con)),
         ("Mismatch", "ratio distribution", lambda: q.ratio_histogram(con, half_range=1.04, **w)),
         ("Mismatch", "by position", lambda: q.mismatch_by_position(con, **w)),
         ("Masked tokens", "by reason (rollup)", lambda: q.steps(con)),
-        ("Masked tokens", "effective-sample fraction", lambda: q.effective_sample_fraction(con, **w)),
+        (
+            "Masked tokens",
+            "effective-sample fraction",
+            lambda: q.effective_sample_fraction(con, **w),
+        ),
         ("Masked tokens", "masked tokens by reason", lambda: q.mask_reasons(con, **w)),
         ("Versions", "staleness", lambda: (q.staleness_histogram(con), q.staleness_by_step(con))),
-        ("Versions", "weight-sync timeline", lambda: (q.weight_syncs(con, last_n=12),
-                                                      q.sync_phase_durations(con))),
+        (
+            "Versions",
+            "weight-sync timeline",
+            lambda: (q.weight_syncs(con, last_n=12), q.sync_phase_durations(con)),
+        ),
         ("Sparse attention", "Top-k agreement + ties", lambda: q.topk_agreement(con, **w)),
         ("Sparse attention", "MoE route agreement", lambda: q.route_agreement(con, **w)),
-        ("Quantization", "error + equality", lambda: (q.qparams_latest(con), q.qparams_equality(con),
-                                                      q.qparams_by_version(con))),
-        ("Memory", "peaks by category / owner", lambda: (q.memory_ranks(con),
-                                                         q.memory_peaks(con, rank=0, by="category"),
-                                                         q.memory_peaks(con, rank=0, by="owner"))),
+        (
+            "Quantization",
+            "error + equality",
+            lambda: (q.qparams_latest(con), q.qparams_equality(con), q.qparams_by_version(con)),
+        ),
+        (
+            "Memory",
+            "peaks by category / owner",
+            lambda: (
+                q.memory_ranks(con),
+                q.memory_peaks(con, rank=0, by="category"),
+                q.memory_peaks(con, rank=0, by="owner"),
+            ),
+        ),
         ("Memory", "live bytes", lambda: q.live_bytes(con, rank=0)),
         ("Contracts", "latest results", lambda: q.contract_latest(con)),
-        ("Token view", "pick + one sample", lambda: (q.token_steps(con), q.samples_at(con, step=step),
-                                                     q.sample_tokens(con, step=step,
-                                                                     sample_id=sample))),
-    ]  # fmt: skip
+        (
+            "Token view",
+            "pick + one sample",
+            lambda: (
+                q.token_steps(con),
+                q.samples_at(con, step=step),
+                q.sample_tokens(con, step=step, sample_id=sample),
+            ),
+        ),
+    ]
 
 
 def timings(fn: Callable[[], object], repeats: int) -> tuple[float, float, float]:
@@ -74,16 +99,24 @@ def timings(fn: Callable[[], object], repeats: int) -> tuple[float, float, float
         fn()
         wall.append((time.perf_counter() - t0) * 1000.0)
         cpu.append((time.process_time() - c0) * 1000.0)
-    return (float(np.percentile(wall, 50)), float(np.percentile(wall, 95)),
-            float(np.percentile(cpu, 50)))  # fmt: skip
+    return (
+        float(np.percentile(wall, 50)),
+        float(np.percentile(wall, 95)),
+        float(np.percentile(cpu, 50)),
+    )
 
 
 def ensure_run(run_dir: Path, tokens: int) -> Path:
     steps = max(1, round(tokens / (SAMPLES * (PROMPT + RESPONSE))))
     if (run_dir / "telemetry").is_dir():
         return run_dir
-    shape = synthetic.SyntheticRun(steps=steps, samples_per_step=SAMPLES, prompt_len=PROMPT,
-                                   response_len=RESPONSE, topk_every=16)  # fmt: skip
+    shape = synthetic.SyntheticRun(
+        steps=steps,
+        samples_per_step=SAMPLES,
+        prompt_len=PROMPT,
+        response_len=RESPONSE,
+        topk_every=16,
+    )
     t0 = time.perf_counter()
     synthetic.write_run(run_dir, shape)
     print(f"wrote {run_dir} ({steps} steps) in {time.perf_counter() - t0:.0f} s")
@@ -93,8 +126,10 @@ def ensure_run(run_dir: Path, tokens: int) -> Path:
 def report(run_dir: Path, label: str, repeats: int) -> list[tuple[str, str, float, float]]:
     con = observability.open_run(run_dir)
     n = con.execute("SELECT count(*) FROM tokens").fetchall()[0][0]
-    print(f"\n{label}: {n / 1e6:.2f} M tokens, {repeats} timed runs per panel "
-          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+    print(
+        f"\n{label}: {n / 1e6:.2f} M tokens, {repeats} timed runs per panel "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
     print(f"  {'page':<18}{'panel':<30}{'p50 ms':>8}{'p95 ms':>8}{'cpu ms':>8}")
     rows = []
     for page, panel, fn in panels(con):
@@ -110,8 +145,11 @@ def report(run_dir: Path, label: str, repeats: int) -> list[tuple[str, str, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", default="/tmp/closedloop-bench-dashboard/run",
-                        help="synthetic run (written once, reused)")  # fmt: skip
+    parser.add_argument(
+        "--run-dir",
+        default="/tmp/closedloop-bench-dashboard/run",
+        help="synthetic run (written once, reused)",
+    )
     parser.add_argument("--tokens", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
@@ -128,6 +166,7 @@ def main() -> None:
     if not manifest.exists():
         compact(run_dir)
     report(run_dir, "finished run (compacted telemetry.duckdb)", args.repeats)
+
 
 if __name__ == "__main__":
     main()

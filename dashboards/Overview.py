@@ -34,17 +34,19 @@ def body(runs) -> None:
         contracts = ui.gather([run], queries.contract_latest)
         alarms = health_alarms(mine, staleness_limit=limit)
         alarm_rows += [{"run": run.name, "alarm": a.kind, "detail": a.message} for a in alarms]
-        rows.append({
-            "run": run.name,
-            "status": status,
-            "step": None if last is None else int(last["step"]),
-            "reward": None if last is None else last["reward_mean"],
-            "|Δlogp| mean": None if last is None else last["mismatch_abs_mean"],
-            "masked": None if last is None else last["masked_fraction"],
-            "contracts": _contract_status(contracts),
-            "alarms": len(alarms),
-            "algorithm": None if info is None else info.get("algorithm"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "run": run.name,
+                "status": status,
+                "step": None if last is None else int(last["step"]),
+                "reward": None if last is None else last["reward_mean"],
+                "|Δlogp| mean": None if last is None else last["mismatch_abs_mean"],
+                "masked": None if last is None else last["masked_fraction"],
+                "contracts": _contract_status(contracts),
+                "alarms": len(alarms),
+                "algorithm": None if info is None else info.get("algorithm"),
+            }
+        )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     cols = st.columns(4)
     cols[0].metric("runs", len(runs))
@@ -59,14 +61,37 @@ def body(runs) -> None:
     if steps.empty:
         ui.no_data("steps")
         return
-    ui.chart(charts.run_lines(steps, x="step", ys={"reward_mean": "reward"},
-                              title="Reward per step", y_title="mean reward"), "ov_reward")  # fmt: skip
+    ui.chart(
+        charts.run_lines(
+            steps,
+            x="step",
+            ys={"reward_mean": "reward"},
+            title="Reward per step",
+            y_title="mean reward",
+        ),
+        "ov_reward",
+    )
     evals = ui.gather(runs, queries.evals)
     if len(evals):
-        ui.chart(charts.run_lines(evals, x="step", ys={"accuracy": "eval accuracy"},
-                                  title="Held-out accuracy", y_title="accuracy"), "ov_eval")  # fmt: skip
-    ui.chart(charts.run_lines(steps, x="step", ys={"entropy": "entropy", "grad_norm": "grad norm"},
-                              title="Entropy and gradient norm"), "ov_entropy")  # fmt: skip
+        ui.chart(
+            charts.run_lines(
+                evals,
+                x="step",
+                ys={"accuracy": "eval accuracy"},
+                title="Held-out accuracy",
+                y_title="accuracy",
+            ),
+            "ov_eval",
+        )
+    ui.chart(
+        charts.run_lines(
+            steps,
+            x="step",
+            ys={"entropy": "entropy", "grad_norm": "grad norm"},
+            title="Entropy and gradient norm",
+        ),
+        "ov_entropy",
+    )
 
 
 ui.live("Overview", body)

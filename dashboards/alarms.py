@@ -45,7 +45,9 @@ class AlarmConfig:
         }
         for name, (ok, allowed) in rules.items():
             if not ok:
-                raise ValueError(f"AlarmConfig.{name} must be {allowed}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"AlarmConfig.{name} must be {allowed}, got {getattr(self, name)!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,13 @@ class Alarm:
     message: str
 
 
-ALARM_KINDS = ("mismatch_rising", "masked_fraction", "degenerate_groups", "staleness_limit",
-               "entropy_collapse")  # fmt: skip
+ALARM_KINDS = (
+    "mismatch_rising",
+    "masked_fraction",
+    "degenerate_groups",
+    "staleness_limit",
+    "entropy_collapse",
+)
 
 
 def _mean(s: pd.Series) -> float:
@@ -80,27 +87,41 @@ def health_alarms(
 
     m_recent, m_base = _mean(recent["mismatch_abs_mean"]), _mean(base["mismatch_abs_mean"])
     if trend and m_recent > cfg.mismatch_floor and m_recent > cfg.mismatch_rise_factor * m_base:
-        out.append(Alarm("mismatch_rising",
-                         f"mean |Δlogp| rose from {m_base:.2e} to {m_recent:.2e} "
-                         f"(> {cfg.mismatch_rise_factor:g}× over the last {w} steps)"))  # fmt: skip
+        out.append(
+            Alarm(
+                "mismatch_rising",
+                f"mean |Δlogp| rose from {m_base:.2e} to {m_recent:.2e} "
+                f"(> {cfg.mismatch_rise_factor:g}× over the last {w} steps)",
+            )
+        )
     masked = _mean(recent["masked_fraction"])
     if masked > cfg.masked_fraction_max:
-        out.append(Alarm("masked_fraction",
-                         f"masked-token fraction {masked:.3f} > {cfg.masked_fraction_max:g} "
-                         f"over the last {w} steps"))  # fmt: skip
+        out.append(
+            Alarm(
+                "masked_fraction",
+                f"masked-token fraction {masked:.3f} > {cfg.masked_fraction_max:g} "
+                f"over the last {w} steps",
+            )
+        )
     degenerate = _mean(recent["degenerate_group_fraction"])
     if degenerate > cfg.degenerate_fraction_max:
-        out.append(Alarm("degenerate_groups",
-                         f"{degenerate:.0%} of groups have zero reward variance "
-                         f"(> {cfg.degenerate_fraction_max:.0%}) over the last {w} steps"))  # fmt: skip
+        out.append(
+            Alarm(
+                "degenerate_groups",
+                f"{degenerate:.0%} of groups have zero reward variance "
+                f"(> {cfg.degenerate_fraction_max:.0%}) over the last {w} steps",
+            )
+        )
     stale = pd.to_numeric(recent["staleness_max"], errors="coerce").max()
     if staleness_limit is not None and pd.notna(stale) and stale > 0 and stale >= staleness_limit:
-        out.append(Alarm("staleness_limit",
-                         f"staleness {int(stale)} reached the limit {staleness_limit}"))  # fmt: skip
+        out.append(
+            Alarm("staleness_limit", f"staleness {int(stale)} reached the limit {staleness_limit}")
+        )
     e_recent, e_base = _mean(recent["entropy"]), _mean(base["entropy"])
-    if e_recent < cfg.entropy_floor or (
-        trend and e_recent < cfg.entropy_collapse_factor * e_base
-    ):
-        out.append(Alarm("entropy_collapse",
-                         f"entropy {e_recent:.3f} (baseline {e_base:.3f}) is collapsing"))  # fmt: skip
+    if e_recent < cfg.entropy_floor or (trend and e_recent < cfg.entropy_collapse_factor * e_base):
+        out.append(
+            Alarm(
+                "entropy_collapse", f"entropy {e_recent:.3f} (baseline {e_base:.3f}) is collapsing"
+            )
+        )
     return out

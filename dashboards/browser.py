@@ -23,10 +23,18 @@ from pathlib import Path
 from websockets.sync.client import connect
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--remote-debugging-port=0", "--remote-allow-origins=*",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
+)
 
 CHARTS_JS = """JSON.stringify([...document.querySelectorAll('.js-plotly-plot')].map(gd => ({
   title: (gd.layout && gd.layout.title && gd.layout.title.text) || '',
@@ -44,6 +52,10 @@ READY_JS = """(() => { const t = document.querySelector('h1');
   return !!t && plots.length >= %d && plots.every(p => p.querySelector('.main-svg')) && !busy; })()"""
 
 
+MAIN_JS = "document.querySelector('[data-testid=\"stMain\"]') || document.body"
+"""The element that scrolls Streamlit's main area."""
+
+
 class Chromium:
     """A headless Chromium with one tab, driven over the DevTools websocket."""
 
@@ -54,10 +66,16 @@ class Chromium:
         self._profile = tempfile.mkdtemp(prefix="cl-chromium-")
         self.size = (width, height)
         self._proc = subprocess.Popen(
-            [exe, *FLAGS, f"--user-data-dir={self._profile}", f"--window-size={width},{height}",
-             "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                exe,
+                *FLAGS,
+                f"--user-data-dir={self._profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port = self._devtools_port(timeout=30.0)
         targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10))
         page = next(t for t in targets if t.get("type") == "page")
@@ -102,9 +120,19 @@ class Chromium:
         while time.monotonic() < deadline:
             time.sleep(0.5)
             if self.evaluate(READY_JS % min_charts):
-                time.sleep(1.0)  # let the last charts finish their transitions
+                self._settle()
                 return self.charts()
         raise TimeoutError(f"{url}: fewer than {min_charts} charts rendered in {timeout:.0f} s")
+
+    def _settle(self, timeout: float = 10.0) -> None:
+        """Wait until the page height stops changing (tables and expanders render last)."""
+        last, deadline = -1, time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.7)
+            height = self.evaluate(f"({MAIN_JS}).scrollHeight")
+            if height == last:
+                return
+            last = height
 
     def charts(self) -> list[dict]:
         return json.loads(self.evaluate(CHARTS_JS) or "[]")
@@ -116,10 +144,14 @@ class Chromium:
         """Save a PNG of the page (the whole scrollable page when ``full_page``)."""
         width, height = self.size
         if full_page:
-            main = "document.querySelector('[data-testid=\"stMain\"]') || document.body"
-            height = max(height, int(self.evaluate(f"({main}).scrollHeight") or height))
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                  deviceScaleFactor=1, mobile=False)  # fmt: skip
+            height = max(height, int(self.evaluate(f"({MAIN_JS}).scrollHeight") or height))
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         time.sleep(0.5)
         data = self.call("Page.captureScreenshot", format="png")["data"]
         self.call("Emulation.clearDeviceMetricsOverride")
@@ -158,3 +190,34 @@ def wait_healthy(base_url: str, *, timeout: float = 60.0) -> None:
             pass
         time.sleep(0.3)
     raise TimeoutError(f"{base_url} not healthy after {timeout:.0f} s")
+
+
+def save_page_screenshots(base_url: str, out_dir: str | Path, *, width: int = 1200) -> list[Path]:
+    """One PNG per dashboard page (``<url_path or overview>.png``), palette-reduced to stay small."""
+    from dashboards import PAGES, url_path
+
+    out = []
+    with Chromium(width=width, height=800) as browser:
+        for title, page in PAGES:
+            name = url_path(page) or "Overview"
+            browser.open(f"{base_url}/{url_path(page)}", min_charts=1, timeout=180)
+            path = browser.screenshot(Path(out_dir) / f"{name.lower()}.png")
+            _shrink(path)
+            out.append(path)
+            print(f"{title}: {path} ({path.stat().st_size // 1024} KiB)")
+    return out
+
+
+def _shrink(path: Path) -> None:
+    """Re-save as a 64-colour palette PNG (Pillow ships with Streamlit)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        small = img.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
+
+
+if __name__ == "__main__":  # python -m dashboards.browser http://127.0.0.1:8501 docs/dashboard
+    import sys
+
+    save_page_screenshots(sys.argv[1], sys.argv[2])

@@ -47,10 +47,14 @@ def is_run_dir(path: Path) -> bool:
 
 
 def list_runs(root: Path) -> list[str]:
-    """Names of the telemetry runs directly under ``root``, newest first (by name, then mtime)."""
+    """Names of the telemetry runs directly under ``root``, newest first (by name, then mtime).
+
+    Entries that resolve outside ``root`` (symlinks pointing out) are left out.
+    """
     if not root.is_dir():
         return []
-    runs = [d for d in root.iterdir() if d.is_dir() and is_run_dir(d)]
+    root = root.resolve()
+    runs = [d for d in root.iterdir() if is_run_dir(d) and d.resolve().parent == root]
     runs.sort(key=lambda d: (d.name, d.stat().st_mtime), reverse=True)
     return [d.name for d in runs]
 
@@ -75,14 +79,15 @@ def resolve_run(root: Path, name: str | os.PathLike) -> RunRef:
 def split_targets(targets: list[str]) -> tuple[Path, list[str]]:
     """CLI ``[RUNS_ROOT | RUN ...]`` → (runs root, preselected run names).
 
-    No argument: ``./runs``. One directory that is not a run: that root, nothing preselected.
-    One or more run directories: their common parent is the root (all must share it).
+    No argument: ``./runs``. One path that is not a run: that runs root, nothing preselected (it
+    may not exist yet: runs appear as training creates them). One or more run directories: their
+    common parent is the root (all must share it).
     """
     if not targets:
         return Path("runs").resolve(), []
     paths = [Path(t).resolve() for t in targets]
     if len(paths) == 1 and not is_run_dir(paths[0]):
-        if not paths[0].is_dir():
+        if paths[0].exists() and not paths[0].is_dir():
             raise PathRefused(f"{targets[0]} is neither a runs root nor a run directory")
         return paths[0], []
     not_runs = [t for t, p in zip(targets, paths) if not is_run_dir(p)]

@@ -19,8 +19,10 @@ from observability.schema import TABLES
 
 Con = duckdb.DuckDBPyConnection
 
-_STEP_MAX = ("policy_version", "wall_time", "mismatch_abs_p99", "staleness_max", "step_time_s",
-             "rollout_time_s", "train_time_s", "peak_memory_bytes")  # fmt: skip
+_STEP_MAX = tuple(
+    "policy_version wall_time mismatch_abs_p99 staleness_max step_time_s rollout_time_s "
+    "train_time_s peak_memory_bytes".split()
+)
 _STEP_SUM = ("n_tokens", "n_loss_tokens", "n_trusted_tokens")
 _STEP_KEYS = ("run_id", "step", "rank")
 
@@ -107,8 +109,15 @@ def _sampled(lo: int, hi: int, max_samples: int) -> list[int]:
     return [lo, hi, max_samples, lo, hi]
 
 
-def ratio_histogram(con: Con, *, lo: int, hi: int, half_range: float, bins: int = 81,
-                    max_samples: int = TOKEN_SAMPLES) -> pd.DataFrame:  # fmt: skip
+def ratio_histogram(
+    con: Con,
+    *,
+    lo: int,
+    hi: int,
+    half_range: float,
+    bins: int = 81,
+    max_samples: int = TOKEN_SAMPLES,
+) -> pd.DataFrame:
     """Histogram of Δ = train_logp − rollout_logp over (sampled) action tokens of steps [lo, hi].
 
     ``bins`` equal bins in Δ (= log ratio) over [−half_range, half_range]; values beyond fall in
@@ -129,8 +138,9 @@ def ratio_histogram(con: Con, *, lo: int, hi: int, half_range: float, bins: int 
     return out
 
 
-def mismatch_by_position(con: Con, *, lo: int, hi: int, buckets: int = 16,
-                         max_samples: int = TOKEN_SAMPLES) -> pd.DataFrame:  # fmt: skip
+def mismatch_by_position(
+    con: Con, *, lo: int, hi: int, buckets: int = 16, max_samples: int = TOKEN_SAMPLES
+) -> pd.DataFrame:
     """Mean and p99 |Δ| by position: ``buckets`` equal-width buckets of the longest sequence."""
     sql = f"""
         WITH w AS (SELECT greatest(1, ceil(max(n_prompt_tokens + n_response_tokens)
@@ -146,8 +156,9 @@ def mismatch_by_position(con: Con, *, lo: int, hi: int, buckets: int = 16,
     return out
 
 
-def effective_sample_fraction(con: Con, *, lo: int, hi: int,
-                              max_samples: int = TOKEN_SAMPLES) -> pd.DataFrame:  # fmt: skip
+def effective_sample_fraction(
+    con: Con, *, lo: int, hi: int, max_samples: int = TOKEN_SAMPLES
+) -> pd.DataFrame:
     """Per step: Kish ESS / n of the importance weights of action tokens (masked tokens weigh 0).
 
     ESS = (Σw)² / Σw², w = ratio · trust_mask; 1.0 when every weight is equal.

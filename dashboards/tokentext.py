@@ -42,8 +42,10 @@ def token_html(tokens: pd.DataFrame, texts: Sequence[str]) -> str:
         if role == "action" and pd.notna(trusted) and not bool(trusted):
             style.append("outline:2px solid #c0392b")
         title = f"pos {row['pos']} · {role} · {row['mask_reason']} · Δlogp {row['delta_logp']}"
-        spans.append(f'<span title="{html.escape(title)}" style="{";".join(style)}">'
-                     f"{html.escape(text)}</span>")  # fmt: skip
+        spans.append(
+            f'<span title="{html.escape(title)}" style="{";".join(style)}">'
+            f"{html.escape(text)}</span>"
+        )
     return (
         '<div style="font-family:monospace;font-size:15px;line-height:1.9">'
         + "".join(spans)

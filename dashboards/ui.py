@@ -66,11 +66,17 @@ def sidebar() -> None:
     if "_cl_runs" not in st.session_state:
         st.session_state["_cl_runs"] = requested_runs()
     st.session_state["_cl_runs"] = [n for n in st.session_state["_cl_runs"] if n in available]
-    st.sidebar.multiselect("Runs (two or more overlay their curves)", available,
-                           **_persistent("cl_runs", []))  # fmt: skip
+    st.sidebar.multiselect(
+        "Runs (two or more overlay their curves)", available, **_persistent("cl_runs", [])
+    )
     st.sidebar.selectbox("Refresh", list(REFRESH_CHOICES), **_persistent("cl_refresh", "auto"))
-    st.sidebar.slider("Token window (latest steps)", 1, 200, help="per-token panels read only "
-                      "these steps (and on big runs every s-th sample of them)", **_persistent("cl_window", 10))  # fmt: skip
+    st.sidebar.slider(
+        "Token window (latest steps)",
+        1,
+        200,
+        help="per-token panels read only these steps (and on big runs every s-th sample of them)",
+        **_persistent("cl_window", 10),
+    )
 
 
 def selected_runs() -> list[paths.RunRef]:
@@ -124,8 +130,11 @@ def windows(runs: list[paths.RunRef]) -> dict[str, tuple[int, int]]:
 def gather_windowed(runs: list[paths.RunRef], fn: Callable[..., pd.DataFrame], **params):
     """``fn(lo=, hi=)`` over each run's own token window, concatenated."""
     spans = windows(runs)
-    frames = [gather([r], fn, lo=spans[r.name][0], hi=spans[r.name][1], **params)
-              for r in runs if r.name in spans]  # fmt: skip
+    frames = [
+        gather([r], fn, lo=spans[r.name][0], hi=spans[r.name][1], **params)
+        for r in runs
+        if r.name in spans
+    ]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

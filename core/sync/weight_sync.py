@@ -39,7 +39,7 @@ def payload_checksum(weights: dict) -> tuple[str, dict[str, str], int]:
         w = weights[name]
         tensors = w.tensors() if hasattr(w, "tensors") else {"": w}
         parts = []
-        for sub, t in sorted(tensors.items()):
+        for _, t in sorted(tensors.items()):
             parts.append(tensor_checksum(t))
             nbytes += t.numel() * t.element_size()
         per[name] = "".join(parts)

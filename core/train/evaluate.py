@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from core.rollout.engine import RolloutEngine
 from core.rollout.sampling import SamplingParams
 from core.tasks.arithmetic import ArithmeticConfig, eval_set, verify

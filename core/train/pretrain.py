@@ -26,7 +26,21 @@ from core.train.evaluate import greedy_accuracy
 def pretrain(out_dir: str | Path, *, model_cfg: ModelConfig, task_cfg: ArithmeticConfig,
              tok: Tokenizer, steps: int = 600, batch_size: int = 64, lr: float = 2e-3,
              seed: int = 1234, log=print) -> dict:
-    """Run SFT and write the checkpoint; returns a summary with the greedy accuracy."""
+    """Run SFT and write the checkpoint; returns a summary with the greedy accuracy.
+
+    Runs on one CPU thread so that the float summation order, and with it the checkpoint's
+    sha256, does not depend on the machine's core count.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _pretrain(out_dir, model_cfg=model_cfg, task_cfg=task_cfg, tok=tok, steps=steps,
+                         batch_size=batch_size, lr=lr, seed=seed, log=log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pretrain(out_dir, *, model_cfg, task_cfg, tok, steps, batch_size, lr, seed, log) -> dict:
     torch.manual_seed(seed)
     actor = Actor(model_cfg, seed=seed)
     opt = torch.optim.AdamW(actor.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)

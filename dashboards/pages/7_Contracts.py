@@ -9,7 +9,9 @@ import streamlit as st
 
 from dashboards import charts, queries, ui
 
-_BADGE = {"pass": "✅", "fail": "❌", "warn": "⚠️", "error": "💥", "not_applicable": "➖"}
+SEVERITY = {"error": 0, "fail": 1, "warn": 2, "pass": 3, "not_applicable": 4}  # worst first
+COLUMNS = ["status", "run_id", "contract", "check", "observed", "threshold", "n_rows"]
+COLUMNS += ["n_violations", "checked_at"]
 
 
 def body(runs) -> None:
@@ -17,24 +19,30 @@ def body(runs) -> None:
     if results.empty:
         ui.no_data("contract results (run the gate over this run)")
         return
+    rank = results["status"].map(SEVERITY)
+    results = results.assign(_rank=rank).sort_values(["_rank", "run_id", "contract", "check"])
     counts = results.groupby(["run_id", "status"], as_index=False).size()
     cols = st.columns(4)
     for col, status in zip(cols, ("pass", "fail", "warn", "error")):
-        col.metric(f"{_BADGE[status]} {status}", int(counts.loc[counts["status"] == status, "size"].sum()))
-    ui.chart(charts.bars(counts, x="status", y="size", title="Latest check outcomes",
-                         y_title="checks"), "ct_counts")  # fmt: skip
-    table = results.assign(result=results["status"].map(lambda s: f"{_BADGE.get(s, '')} {s}"))
-    st.dataframe(table[["run_id", "contract", "check", "result", "observed", "threshold",
-                        "n_rows", "n_violations", "checked_at"]], hide_index=True, width="stretch")  # fmt: skip
-    failing = results[results["status"].isin(["fail", "error", "warn"])]
+        col.metric(status, int(counts.loc[counts["status"] == status, "size"].sum()))
+    ui.chart(
+        charts.bars(counts, x="status", y="size", title="Latest check outcomes", y_title="checks"),
+        "ct_counts",
+    )
+    failing = results[results["status"].isin(["error", "fail", "warn"])]
     st.subheader(f"Failing examples ({len(failing)})")
-    for _, row in failing.iterrows():
-        with st.expander(f"{_BADGE.get(row['status'], '')} {row['contract']} / {row['check']} — "
-                         f"{row['n_violations']} of {row['n_rows']} rows · {row['run_id']}"):  # fmt: skip
+    for i, (_, row) in enumerate(failing.iterrows()):
+        label = (
+            f"{row['status'].upper()} · {row['contract']} / {row['check']} — "
+            f"{row['n_violations']} of {row['n_rows']} rows · {row['run_id']}"
+        )
+        with st.expander(label, expanded=i == 0):
             try:
-                st.json(json.loads(row["example"]) if row["example"] else {})
+                st.json(json.loads(row["example"]) if row["example"] else {}, expanded=2)
             except (TypeError, ValueError):
                 st.code(str(row["example"]))
+    st.subheader("All checks")
+    st.dataframe(results[COLUMNS], hide_index=True, width="stretch")
 
 
 ui.live("Contracts", body)

@@ -37,7 +37,9 @@ def body(runs) -> None:
     cols = st.columns(4)
     cols[0].metric("reward", f"{row['reward']:.3f}")
     cols[1].metric("advantage", f"{row['advantage']:.3f}")
-    cols[2].metric("staleness", int(row["staleness"]) if row["staleness"] == row["staleness"] else "–")
+    cols[2].metric(
+        "staleness", int(row["staleness"]) if row["staleness"] == row["staleness"] else "–"
+    )
     cols[3].metric("status", str(row["status"]))
     tokens = handle.query(queries.sample_tokens, step=step, sample_id=sample_id)
     if tokens.empty:

@@ -1,4 +1,4 @@
-"""Helpers for Streamlit ``AppTest`` runs of the dashboard (tests only)."""
+"""Helpers of the dashboard tests: ``AppTest`` runs, chart extraction, appending rows."""
 
 from __future__ import annotations
 
@@ -10,20 +10,12 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from dashboards import PAGES as DASHBOARD_PAGES
 from dashboards import paths
+from observability import DuckDBTelemetry, TelemetryConfig
 
 ENTRY = Path(paths.__file__).resolve().parent / "Overview.py"
-PAGES = {
-    "Overview": None,
-    "Mismatch": "pages/1_Mismatch.py",
-    "Masked tokens": "pages/2_Masked_tokens.py",
-    "Versions": "pages/3_Versions.py",
-    "Sparse attention": "pages/4_Sparse_attention.py",
-    "Quantization": "pages/5_Quantization.py",
-    "Memory": "pages/6_Memory.py",
-    "Contracts": "pages/7_Contracts.py",
-    "Token view": "pages/8_Token_view.py",
-}
+PAGES = dict(DASHBOARD_PAGES)
 
 
 def run_page(monkeypatch, root: Path, runs: list[str], page: str) -> AppTest:
@@ -59,3 +51,18 @@ def figures(at: AppTest) -> dict[str, dict]:
 
 def notes(at: AppTest) -> list[str]:
     return [el.value for el in at.info]
+
+
+def append_steps(run_dir: Path, steps: list[int]) -> None:
+    """New ``steps`` rows from a second writer (rank 1: no ``runs`` row, the status is kept)."""
+    cfg = TelemetryConfig(compact_on_close=False)
+    sink = DuckDBTelemetry(run_dir, rank=1, world_size=2, config=cfg)
+    sink.emit(
+        "steps",
+        {
+            "step": steps,
+            "policy_version": [s + 1 for s in steps],
+            "mismatch_abs_mean": [0.5] * len(steps),
+        },
+    )
+    sink.close()

@@ -9,8 +9,14 @@ from dashboards.alarms import AlarmConfig, health_alarms
 
 
 def steps(n=10, **cols) -> pd.DataFrame:
-    base = {"step": range(n), "mismatch_abs_mean": [1e-4] * n, "masked_fraction": [0.0] * n,
-            "degenerate_group_fraction": [0.1] * n, "staleness_max": [0] * n, "entropy": [1.0] * n}  # fmt: skip
+    base = {
+        "step": range(n),
+        "mismatch_abs_mean": [1e-4] * n,
+        "masked_fraction": [0.0] * n,
+        "degenerate_group_fraction": [0.1] * n,
+        "staleness_max": [0] * n,
+        "entropy": [1.0] * n,
+    }
     base.update(cols)
     return pd.DataFrame(base)
 
@@ -56,9 +62,14 @@ def test_nan_steps_ignored():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("window", 0), ("mismatch_rise_factor", 1.0), ("masked_fraction_max", 1.5),
-     ("entropy_collapse_factor", 0.0), ("entropy_floor", -1.0)],
-)  # fmt: skip
+    [
+        ("window", 0),
+        ("mismatch_rise_factor", 1.0),
+        ("masked_fraction_max", 1.5),
+        ("entropy_collapse_factor", 0.0),
+        ("entropy_floor", -1.0),
+    ],
+)
 def test_config_rejects(field, value):
     with pytest.raises(ValueError, match=f"AlarmConfig.{field} must be"):
         AlarmConfig(**{field: value})

@@ -23,8 +23,13 @@ from dashboards.browser import Chromium, wait_healthy
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 CLOSEDLOOP = [sys.executable, "-m", "core.cli"]
-TRAIN_SET = ("algorithm.prompts_per_step=4", "algorithm.group_size=4", "train.eval_size=16",
-             "train.eval_every=0", "telemetry.flush_seconds=0.5")  # fmt: skip
+TRAIN_SET = (
+    "algorithm.prompts_per_step=4",
+    "algorithm.group_size=4",
+    "train.eval_size=16",
+    "train.eval_every=0",
+    "telemetry.flush_seconds=0.5",
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -81,17 +86,32 @@ def test_live_dashboard_in_chromium(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # The dashboard starts first, over an empty root: the run appears in it while it trains.
-    dash = subprocess.Popen([*CLOSEDLOOP, "dashboard", str(root), "--port", str(port)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # fmt: skip
+    dash = subprocess.Popen(
+        [*CLOSEDLOOP, "dashboard", str(root), "--port", str(port)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     # More steps than the test needs: the run is certainly still writing while the pages load;
     # it is stopped with SIGTERM at the end (the dashboard must then show it as failed).
     # One torch thread, so the server and the browser get the other core.
     train = subprocess.Popen(
-        [*CLOSEDLOOP, "train", "--run-dir", str(root), "--steps", "300", "--name", "live",
-         *(f"--set={kv}" for kv in TRAIN_SET)],
-        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            *CLOSEDLOOP,
+            "train",
+            "--run-dir",
+            str(root),
+            "--steps",
+            "300",
+            "--name",
+            "live",
+            *(f"--set={kv}" for kv in TRAIN_SET),
+        ],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_healthy(url, timeout=120)
         log("dashboard healthy")

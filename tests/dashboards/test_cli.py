@@ -14,7 +14,8 @@ def test_parser_surface(tmp_path):
 
 
 def test_bad_targets_exit_2(tmp_path, capsys):
-    args = build_parser().parse_args(["dashboard", str(tmp_path / "missing")])
+    (tmp_path / "file").write_text("x")
+    args = build_parser().parse_args(["dashboard", str(tmp_path / "file")])
     assert args.func(args) == 2
     assert "neither a runs root nor a run directory" in capsys.readouterr().err
     args = build_parser().parse_args(["dashboard", str(tmp_path), "--port", "0"])

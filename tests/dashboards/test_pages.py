@@ -3,29 +3,45 @@ optional tables, and the two-run comparison."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
-from tests.dashboards.apptest import PAGES, figures, notes, run_page
+from tests.dashboards.apptest import PAGES, append_steps, figures, notes, run_page
 
 # Charts each page must draw (with data) over the bf16 run + Top-k/route/qparams/contract rows.
 EXPECTED = {
     "Overview": ["Reward per step", "Entropy and gradient norm"],
-    "Mismatch": ["Train vs rollout log-prob mismatch per step",
-                 "Ratio exp(Δlogp) over action tokens",
-                 "Mismatch by position bucket (token window)"],
-    "Masked tokens": ["Masked fraction by reason", "Masked, trusted and clipped fractions",
-                      "Effective-sample fraction of the importance weights (token window)"],
-    "Versions": ["Staleness histogram", "Staleness over steps", "Weight-sync phases",
-                 "Mean sync phase duration"],
-    "Sparse attention": ["Top-k exact agreement per layer (layer −1: logits)",
-                         "Index overlap and boundary ties", "MoE expert-set agreement per layer"],
-    "Quantization": ["Per-tensor quantization error (latest policy version)",
-                     "QAT vs offline equality (fraction of tensors bit-identical)",
-                     "Quantization error over policy versions"],
+    "Mismatch": [
+        "Train vs rollout log-prob mismatch per step",
+        "Ratio exp(Δlogp) over action tokens",
+        "Mismatch by position bucket (token window)",
+    ],
+    "Masked tokens": [
+        "Masked fraction by reason",
+        "Masked, trusted and clipped fractions",
+        "Effective-sample fraction of the importance weights (token window)",
+    ],
+    "Versions": [
+        "Staleness histogram",
+        "Staleness over steps",
+        "Weight-sync phases",
+        "Mean sync phase duration",
+    ],
+    "Sparse attention": [
+        "Top-k exact agreement per layer (layer −1: logits)",
+        "Index overlap and boundary ties",
+        "MoE expert-set agreement per layer",
+    ],
+    "Quantization": [
+        "Per-tensor quantization error (latest policy version, worst 20)",
+        "QAT vs offline equality (fraction of tensors bit-identical)",
+        "Quantization error over policy versions",
+    ],
     "Memory": ["Peak memory by category", "Peak memory by owner", "Live ledger bytes over time"],
     "Contracts": ["Latest check outcomes"],
     "Token view": ["Per-token strips"],
-}  # fmt: skip
+}
 
 # Notes each page shows over the tiny run as the core wrote it (those tables are empty).
 EMPTY_NOTES = {
@@ -85,3 +101,18 @@ def test_refused_run_in_url(monkeypatch, dash_root, tiny):
     at = run_page(monkeypatch, dash_root, ["../../etc", tiny.name], "Overview")
     assert any("refused" in e.value and "outside the runs root" in e.value for e in at.error)
     assert list(at.dataframe[0].value["run"]) == [tiny.name]
+
+
+def test_live_rerun_picks_up_new_steps(monkeypatch, tmp_path, tiny):
+    """A rerun (what ``run_every`` triggers) shows steps written since the last one."""
+    root = tmp_path / "runs"
+    shutil.copytree(tiny, root / tiny.name)
+    at = run_page(monkeypatch, root, [tiny.name], "Mismatch")
+    title = EXPECTED["Mismatch"][0]
+    before = figures(at)[title]["points"]
+    append_steps(root / tiny.name, [3, 4])
+    at.run()
+    assert not at.exception
+    # both curves (mean, p99) gain steps 3 and 4 (the p99 as gaps: those rows carry none)
+    assert figures(at)[title]["points"] == before + 4
+    assert "step 4" in at.caption[0].value

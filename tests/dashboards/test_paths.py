@@ -26,9 +26,19 @@ def test_resolve_inside(root):
 
 @pytest.mark.parametrize(
     "name",
-    ["../outside", "run-a/../../outside", "/etc", "..", ".", "", "run-a/telemetry", "notes",
-     "missing", "run-a\x00"],
-)  # fmt: skip
+    [
+        "../outside",
+        "run-a/../../outside",
+        "/etc",
+        "..",
+        ".",
+        "",
+        "run-a/telemetry",
+        "notes",
+        "missing",
+        "run-a\x00",
+    ],
+)
 def test_resolve_refuses(root, name):
     with pytest.raises(PathRefused):
         resolve_run(root, name)
@@ -38,7 +48,7 @@ def test_symlink_out_of_root_refused(root):
     os.symlink(root.parent / "outside", root / "sneaky")
     with pytest.raises(PathRefused, match="outside the runs root"):
         resolve_run(root, "sneaky")
-    assert "sneaky" in list_runs(root)  # listed (it has telemetry/) but never opened
+    assert "sneaky" not in list_runs(root)  # not even offered in the sidebar
 
 
 def test_list_runs_newest_name_first(root):
@@ -48,10 +58,15 @@ def test_list_runs_newest_name_first(root):
 
 def test_split_targets(root):
     assert split_targets([str(root)]) == (root.resolve(), [])
-    assert split_targets([str(root / "run-a"), str(root / "run-b")]) == (root.resolve(), ["run-a", "run-b"])
+    assert split_targets([str(root / "run-a"), str(root / "run-b")]) == (
+        root.resolve(),
+        ["run-a", "run-b"],
+    )
     with pytest.raises(PathRefused, match="share one parent"):
         split_targets([str(root / "run-a"), str(root.parent / "outside")])
     with pytest.raises(PathRefused, match="not telemetry runs"):
         split_targets([str(root / "run-a"), str(root / "notes")])
+    assert split_targets([str(root / "later")]) == ((root / "later").resolve(), [])  # not yet
+    (root / "file").write_text("x")
     with pytest.raises(PathRefused, match="neither"):
-        split_targets([str(root / "missing")])
+        split_targets([str(root / "file")])

@@ -31,10 +31,38 @@ def write(run_dir: Path, rows: dict[str, list[dict]], *, rank: int = 0, world: i
 def test_steps_aggregates_ranks(tmp_path):
     run = tmp_path / "r"
     common = {"step": [0], "policy_version": [1]}
-    write(run, {"steps": [{**common, "mismatch_abs_mean": [1e-3], "mismatch_abs_p99": [2e-3],
-                           "n_tokens": [10], "staleness_max": [1]}]}, rank=0, world=2)  # fmt: skip
-    write(run, {"steps": [{**common, "mismatch_abs_mean": [3e-3], "mismatch_abs_p99": [5e-3],
-                           "n_tokens": [30], "staleness_max": [0]}]}, rank=1, world=2)  # fmt: skip
+    write(
+        run,
+        {
+            "steps": [
+                {
+                    **common,
+                    "mismatch_abs_mean": [1e-3],
+                    "mismatch_abs_p99": [2e-3],
+                    "n_tokens": [10],
+                    "staleness_max": [1],
+                }
+            ]
+        },
+        rank=0,
+        world=2,
+    )
+    write(
+        run,
+        {
+            "steps": [
+                {
+                    **common,
+                    "mismatch_abs_mean": [3e-3],
+                    "mismatch_abs_p99": [5e-3],
+                    "n_tokens": [30],
+                    "staleness_max": [0],
+                }
+            ]
+        },
+        rank=1,
+        world=2,
+    )
     row = q.steps(open_run(run)).iloc[0]
     # mean of the means (1e-3 + 3e-3) / 2; max of the p99s and staleness; sum of the tokens.
     assert row["n_ranks"] == 2
@@ -46,7 +74,8 @@ def test_steps_aggregates_ranks(tmp_path):
 def _action_deltas(con, lo, hi) -> pd.DataFrame:
     return con.execute(
         "SELECT step, pos, ratio, trust_mask, train_logp - rollout_logp AS d FROM tokens "
-        "WHERE role = 'action' AND train_logp IS NOT NULL AND step BETWEEN ? AND ?", [lo, hi]
+        "WHERE role = 'action' AND train_logp IS NOT NULL AND step BETWEEN ? AND ?",
+        [lo, hi],
     ).df()
 
 
@@ -91,8 +120,9 @@ def test_sampling_keeps_every_stride_th_sample(bf16):
     # 48 samples in steps [0, 2]; max_samples=10 -> stride ceil(48 / 10) = 5: sample ids 0, 5, ...
     con = open_run(bf16)
     counts = q.mask_reasons(con, lo=0, hi=2, max_samples=10)
-    ref = con.execute("SELECT count(*) FROM tokens WHERE role = 'action' AND sample_id % 5 = 0"
-                      ).fetchall()[0][0]  # fmt: skip
+    ref = con.execute(
+        "SELECT count(*) FROM tokens WHERE role = 'action' AND sample_id % 5 = 0"
+    ).fetchall()[0][0]
     assert counts["n"].sum() == ref > 0
     assert q.mask_reasons(con, lo=0, hi=2)["n"].sum() > ref  # default budget: every sample
 
@@ -103,8 +133,10 @@ def test_all_equal_weights_give_ess_one(tiny):
 
 
 def _naive_agreement(rows: pd.DataFrame, col: str) -> dict:
-    train = {(r.step, r.sample_id, r.layer, r.pos): sorted(r[col]) for _, r in
-             rows[rows.engine == "train"].iterrows()}  # fmt: skip
+    train = {
+        (r.step, r.sample_id, r.layer, r.pos): sorted(r[col])
+        for _, r in rows[rows.engine == "train"].iterrows()
+    }
     out: dict = {}
     for _, r in rows[rows.engine == "rollout"].iterrows():
         key = (r.step, r.sample_id, r.layer, r.pos)
@@ -118,12 +150,16 @@ def test_topk_and_route_agreement_naive_loop(bf16):
     topk = con.execute("SELECT step, sample_id, layer, pos, engine, indices FROM topk").df()
     got = q.topk_agreement(con, lo=0, hi=2)
     ref = _naive_agreement(topk, "indices")
-    assert {(s, la): a for s, la, a in zip(got.step, got.layer, got.agreement)} == pytest.approx(ref)
+    assert {(s, la): a for s, la, a in zip(got.step, got.layer, got.agreement)} == pytest.approx(
+        ref
+    )
     assert ((got["overlap"] >= got["agreement"]) & (got["overlap"] <= 1)).all()
     routes = con.execute("SELECT step, sample_id, layer, pos, engine, experts FROM moe_routes").df()
     got = q.route_agreement(con, lo=0, hi=2)
     ref = _naive_agreement(routes, "experts")
-    assert {(s, la): a for s, la, a in zip(got.step, got.layer, got.agreement)} == pytest.approx(ref)
+    assert {(s, la): a for s, la, a in zip(got.step, got.layer, got.agreement)} == pytest.approx(
+        ref
+    )
 
 
 def test_qparams_equality(bf16):
@@ -139,24 +175,44 @@ def test_live_bytes_golden(tmp_path):
     # A (100 B, model_state) created on cpu, B (50 B, live_io) on cpu, A moved to cuda:0, B freed,
     # A freed on cuda:0. Expected running totals per (device, category):
     #   cpu/model_state: 100 -> 0 (transfer);  cpu/live_io: 50 -> 0;  cuda:0/model_state: 100 -> 0.
-    ev = {"ts": [1.0, 2.0, 3.0, 4.0, 5.0], "step": 0, "rank": 0,
-          "device": ["cpu", "cpu", "cuda:0", "cpu", "cuda:0"], "object": ["A", "B", "A", "B", "A"],
-          "category": ["model_state", "live_io", "model_state", "live_io", "model_state"],
-          "event": ["create", "create", "transfer", "free", "free"],
-          "bytes": [100, 50, 100, 50, 100], "event_id": [0, 1, 2, 3, 4]}  # fmt: skip
+    ev = {
+        "ts": [1.0, 2.0, 3.0, 4.0, 5.0],
+        "step": 0,
+        "rank": 0,
+        "device": ["cpu", "cpu", "cuda:0", "cpu", "cuda:0"],
+        "object": ["A", "B", "A", "B", "A"],
+        "category": ["model_state", "live_io", "model_state", "live_io", "model_state"],
+        "event": ["create", "create", "transfer", "free", "free"],
+        "bytes": [100, 50, 100, 50, 100],
+        "event_id": [0, 1, 2, 3, 4],
+    }
     write(tmp_path / "m", {"memory_events": [ev]})
     out = q.live_bytes(open_run(tmp_path / "m"), rank=0, points=1000)
-    series = {k: g.sort_values("ts")["live"].tolist() for k, g in out.groupby(["device", "category"])}
-    assert series == {("cpu", "model_state"): [100, 0], ("cpu", "live_io"): [50, 0],
-                      ("cuda:0", "model_state"): [100, 0]}  # fmt: skip
+    series = {
+        k: g.sort_values("ts")["live"].tolist() for k, g in out.groupby(["device", "category"])
+    }
+    assert series == {
+        ("cpu", "model_state"): [100, 0],
+        ("cpu", "live_io"): [50, 0],
+        ("cuda:0", "model_state"): [100, 0],
+    }
 
 
 def test_contract_latest_keeps_newest_failures_first(tmp_path):
     def gate(t, statuses):
-        return {"checked_at": t, "contract": "c", "check": ["a", "b"], "status": statuses,
-                "n_rows": 1, "n_violations": 0}  # fmt: skip
+        return {
+            "checked_at": t,
+            "contract": "c",
+            "check": ["a", "b"],
+            "status": statuses,
+            "n_rows": 1,
+            "n_violations": 0,
+        }
 
-    write(tmp_path / "c", {"contract_results": [gate(1.0, ["fail", "pass"]), gate(2.0, ["pass", "fail"])]})
+    write(
+        tmp_path / "c",
+        {"contract_results": [gate(1.0, ["fail", "pass"]), gate(2.0, ["pass", "fail"])]},
+    )
     out = q.contract_latest(open_run(tmp_path / "c"))
     assert out[["check", "status"]].values.tolist() == [["b", "fail"], ["a", "pass"]]
 

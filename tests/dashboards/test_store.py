@@ -8,16 +8,7 @@ import pandas as pd
 
 from dashboards import queries
 from dashboards.store import RunHandle, snapshot_key
-from observability import DuckDBTelemetry, TelemetryConfig
-
-
-def _append_steps(run_dir, steps: list[int]) -> None:
-    """New ``steps`` rows from a second writer (rank 1: no ``runs`` row, the status is kept)."""
-    sink = DuckDBTelemetry(run_dir, rank=1, world_size=2,
-                           config=TelemetryConfig(compact_on_close=False))  # fmt: skip
-    sink.emit("steps", {"step": steps, "policy_version": [s + 1 for s in steps],
-                        "mismatch_abs_mean": [0.5] * len(steps)})  # fmt: skip
-    sink.close()
+from tests.dashboards.apptest import append_steps
 
 
 def test_memo_refresh_and_incremental_steps(tiny, tmp_path, monkeypatch):
@@ -25,8 +16,11 @@ def test_memo_refresh_and_incremental_steps(tiny, tmp_path, monkeypatch):
     shutil.copytree(tiny, run)
     calls = []
     real_steps = queries.steps
-    monkeypatch.setattr(queries, "steps", lambda con, from_step=0: calls.append(from_step)
-                        or real_steps(con, from_step=from_step))  # fmt: skip
+    monkeypatch.setattr(
+        queries,
+        "steps",
+        lambda con, from_step=0: calls.append(from_step) or real_steps(con, from_step=from_step),
+    )
     h = RunHandle(run)
     first = h.steps()
     assert first["step"].tolist() == [0, 1, 2] and calls == [0]
@@ -35,7 +29,7 @@ def test_memo_refresh_and_incremental_steps(tiny, tmp_path, monkeypatch):
     assert h.query(queries.run_info) is not n_tokens  # memo hands out copies
 
     key = snapshot_key(run)
-    _append_steps(run, [2, 3, 4])
+    append_steps(run, [2, 3, 4])
     assert snapshot_key(run) != key
     after = h.steps()
     assert calls == [0, 2]  # only steps >= the last one seen are read again

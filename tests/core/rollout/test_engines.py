@@ -40,8 +40,8 @@ def test_bf16_rollout_mismatch_is_nonzero_and_reported():
 
 def test_rollout_logprobs_match_trainer_recompute(session):
     """The trainer's log-probs on the rollout's exact IDs equal what the rollout reported."""
-    from core.train.grpo import rollout_step
     from core.algorithms.logprobs import token_logprobs
+    from core.train.grpo import rollout_step
 
     _, rb, *_ = rollout_step(session, 0)
     tb = build_train_batch(rb, tok=session.tok)
