@@ -121,9 +121,11 @@ def section_step_time(args: argparse.Namespace) -> None:
                 _, summary = run_training(cfg, runs_root=root, telemetry=sink, progress=False)
             times[sink] += [m["wall_step_s"] for m in summary["steps"][3:]]
     med = {k: float(np.median(v)) for k, v in times.items()}
-    print(f"step time (median over {len(times['none'])} steps): none {med['none'] * 1e3:.1f} ms, "
-          f"duckdb {med['duckdb'] * 1e3:.1f} ms -> ratio {med['duckdb'] / med['none']:.3f}x "
-          "(goal <= 1.02x)")
+    print(
+        f"step time (median over {len(times['none'])} steps): none {med['none'] * 1e3:.1f} ms, "
+        f"duckdb {med['duckdb'] * 1e3:.1f} ms -> ratio {med['duckdb'] / med['none']:.3f}x "
+        "(goal <= 1.02x)"
+    )
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {

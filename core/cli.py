@@ -22,8 +22,13 @@ def _add_train(sub) -> None:
     p.add_argument("--run-dir", default="runs", help="runs root: each run gets RUNS/<run_id>/")
     p.add_argument("--steps", type=int, default=None, help="override train.steps")
     p.add_argument("--seed", type=int, default=None, help="override train.seed")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set algorithm.icepop_beta=3")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set algorithm.icepop_beta=3",
+    )
     p.add_argument("--name", default="grpo", help="run name (part of the run id)")
     p.set_defaults(func=_cmd_train)
 
@@ -38,8 +43,11 @@ def _add_pretrain(sub) -> None:
     p = sub.add_parser("pretrain", help="SFT the tiny base model (writes core/assets/base_model)")
     p.add_argument("--out", default=None, help="checkpoint directory")
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--retrain-tokenizer", action="store_true",
-                   help="also rebuild core/assets/tokenizer.json from the task corpus")
+    p.add_argument(
+        "--retrain-tokenizer",
+        action="store_true",
+        help="also rebuild core/assets/tokenizer.json from the task corpus",
+    )
     p.set_defaults(func=_cmd_pretrain)
 
 

@@ -139,5 +139,7 @@ def config_from_dict(raw: dict, overrides: list[str] | tuple = ()) -> RunConfig:
         raw.setdefault(section, {})[key] = value
     unknown = set(raw) - set(SECTIONS)
     if unknown:
-        raise ConfigError(f"unknown config section(s) {sorted(unknown)}; allowed: {', '.join(SECTIONS)}")
+        raise ConfigError(
+            f"unknown config section(s) {sorted(unknown)}; allowed: {', '.join(SECTIONS)}"
+        )
     return RunConfig(**{s: build_section(s, raw.get(s, {})) for s in SECTIONS})

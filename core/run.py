@@ -17,8 +17,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def git_sha() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -31,8 +32,15 @@ def new_run_dir(runs_root: str | Path, name: str = "grpo") -> Path:
     return path
 
 
-def open_telemetry(kind: str, run_dir: Path, cfg: RunConfig, *, tokenizer_rev: str,
-                   chat_template_rev: str, vocab_size: int):
+def open_telemetry(
+    kind: str,
+    run_dir: Path,
+    cfg: RunConfig,
+    *,
+    tokenizer_rev: str,
+    chat_template_rev: str,
+    vocab_size: int,
+):
     """``none`` → ``NullTelemetry``; ``duckdb`` → the Parquet-parts store of ``observability``."""
     if kind == "none":
         return NullTelemetry(run_id=run_dir.name, run_dir=str(run_dir))
@@ -42,9 +50,14 @@ def open_telemetry(kind: str, run_dir: Path, cfg: RunConfig, *, tokenizer_rev: s
 
     a = cfg.algorithm
     info = {
-        "config": cfg.to_dict(), "git_sha": git_sha(), "device": "cpu", "algorithm": a.name,
-        "tokenizer_rev": tokenizer_rev, "chat_template_rev": chat_template_rev,
-        "vocab_size": vocab_size, "icepop_beta": a.icepop_beta if a.trust_rule == "icepop" else None,
+        "config": cfg.to_dict(),
+        "git_sha": git_sha(),
+        "device": "cpu",
+        "algorithm": a.name,
+        "tokenizer_rev": tokenizer_rev,
+        "chat_template_rev": chat_template_rev,
+        "vocab_size": vocab_size,
+        "icepop_beta": a.icepop_beta if a.trust_rule == "icepop" else None,
         "dis_eps_low": a.eps_low if a.trust_rule == "dis" else None,
         "dis_eps_high": a.eps_high if a.trust_rule == "dis" else None,
         "staleness_limit": a.staleness_limit,

@@ -106,10 +106,10 @@ class Signal:
 
 
 # Tolerances, from what this system measures when healthy: TITO holds exactly (0 re-tokenized
-# tokens) and the synchronous loop trains fresh samples (staleness 0); fp32 engines agree to ~3e-7
-# nats per token and bf16 engines to ~5e-3 (so bf16 without IcePop registers, ~5×); IcePop (β = 2)
-# masks ~0% of fp32 and ~1% of bf16 tokens; deterministic Top-k kernels pick identical sets; int4
-# g32 rollout weights are off by ~1e-2 per tensor (max), even bf16 rounding of them by ~6e-4.
+# tokens); the synchronous loop trains fresh samples (staleness 0); fp32 engines agree to ~3e-7
+# nats per token, bf16 engines to 5e-3–8e-3 (a bf16 rollout registers, 5–8×); IcePop (β = 2)
+# masks no fp32 or bf16 token; deterministic Top-k kernels pick identical sets; int4 g32 rollout
+# weights are off by ~1e-2 per tensor (max), and even bf16 rounding of them by ~6e-4.
 SIGNALS = (
     Signal(
         "retokenized_tokens",

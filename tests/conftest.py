@@ -41,4 +41,4 @@ def tiny_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_run_bf16(tmp_path_factory) -> Path:
     """A finished 3-step run with a bf16 rollout engine (non-zero mismatch) — read-only."""
-    return make_run(tmp_path_factory.mktemp("runs"), ["rollout.precision=\"bf16\""], name="bf16")
+    return make_run(tmp_path_factory.mktemp("runs"), ['rollout.precision="bf16"'], name="bf16")

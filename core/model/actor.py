@@ -63,7 +63,9 @@ def transformer_config(cfg: ModelConfig) -> TransformerConfig:
     return tc
 
 
-def layer_specs(cfg: ModelConfig, linear_overrides: dict | None = None) -> TransformerBlockSubmodules:
+def layer_specs(
+    cfg: ModelConfig, linear_overrides: dict | None = None
+) -> TransformerBlockSubmodules:
     """Per-layer specs: megatron's local spec with our core attention (and MoE FFN where set).
 
     ``linear_overrides`` maps ``linear_qkv|linear_proj|linear_fc1|linear_fc2`` to replacement
@@ -91,8 +93,14 @@ def layer_specs(cfg: ModelConfig, linear_overrides: dict | None = None) -> Trans
 class Actor(nn.Module):
     """Training-engine policy: megatron ``GPTModel`` plus log-prob helpers."""
 
-    def __init__(self, cfg: ModelConfig, *, seed: int = 0, linear_overrides: dict | None = None,
-                 dsa_factory=None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        seed: int = 0,
+        linear_overrides: dict | None = None,
+        dsa_factory=None,
+    ) -> None:
         super().__init__()
         init_distributed()
         torch.manual_seed(seed)
@@ -131,9 +139,7 @@ class Actor(nn.Module):
 
     def named_weights(self) -> dict[str, torch.Tensor]:
         """Weights by megatron name, without megatron's ``_extra_state`` entries."""
-        return {
-            k: v for k, v in self.gpt.state_dict().items() if not k.endswith("_extra_state")
-        }
+        return {k: v for k, v in self.gpt.state_dict().items() if not k.endswith("_extra_state")}
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         missing, unexpected = self.gpt.load_state_dict(weights, strict=False)

@@ -35,8 +35,17 @@ def causal_padding_mask(key_valid: torch.Tensor) -> torch.Tensor:
 class ActorCoreAttention(nn.Module):
     """megatron-compatible core attention (signature of ``DotProductAttention.forward``)."""
 
-    def __init__(self, config, layer_number: int, attn_mask_type=None, attention_type=None,
-                 cp_comm_type=None, softmax_scale=None, pg_collection=None, **_: object) -> None:
+    def __init__(
+        self,
+        config,
+        layer_number: int,
+        attn_mask_type=None,
+        attention_type=None,
+        cp_comm_type=None,
+        softmax_scale=None,
+        pg_collection=None,
+        **_: object,
+    ) -> None:
         super().__init__()
         self.config = config
         self.layer_number = layer_number  # megatron numbers layers from 1
@@ -45,8 +54,16 @@ class ActorCoreAttention(nn.Module):
         self.dsa = None  # set by the actor builder when DSA is enabled
         self.last_selection = None
 
-    def forward(self, query, key, value, attention_mask, attn_mask_type=None,
-                attention_bias=None, packed_seq_params=None):
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        attn_mask_type=None,
+        attention_bias=None,
+        packed_seq_params=None,
+    ):
         """query [S, B, Hq, D], key/value [S, B, Hkv, D], attention_mask [B, 1, 1, S] bool
         (True = padding). Returns [S, B, Hq * D]."""
         q = query.permute(1, 0, 2, 3)  # [B, S, Hq, D]
@@ -63,7 +80,9 @@ class ActorCoreAttention(nn.Module):
             kr = k.repeat_interleave(rep, dim=2)
             vr = v.repeat_interleave(rep, dim=2)
             out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2),
+                q.transpose(1, 2),
+                kr.transpose(1, 2),
+                vr.transpose(1, 2),
                 attn_mask=causal_padding_mask(key_valid),
             ).transpose(1, 2)  # [B, S, Hq, D]
         b, s, h, d = out.shape

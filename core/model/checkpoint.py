@@ -25,8 +25,9 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(path: str | Path, weights: dict[str, torch.Tensor], cfg: ModelConfig,
-                    meta: dict | None = None) -> str:
+def save_checkpoint(
+    path: str | Path, weights: dict[str, torch.Tensor], cfg: ModelConfig, meta: dict | None = None
+) -> str:
     """Write the checkpoint; returns the weights' sha256."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -50,5 +51,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], ModelCon
     meta = json.loads(cfg_file.read_text())
     sha = file_sha256(weights_file)
     if meta.get("weights_sha256") != sha:
-        raise ValueError(f"checkpoint {path}: weights sha256 {sha} != recorded {meta.get('weights_sha256')}")
+        raise ValueError(
+            f"checkpoint {path}: weights sha256 {sha} != recorded {meta.get('weights_sha256')}"
+        )
     return load_file(str(weights_file)), ModelConfig.from_dict(meta["model"]), meta

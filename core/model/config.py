@@ -79,7 +79,9 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown model config keys {sorted(unknown)}; allowed: {sorted(known)}")
+            raise ValueError(
+                f"unknown model config keys {sorted(unknown)}; allowed: {sorted(known)}"
+            )
         d = dict(d)
         if "moe_layers" in d:
             d["moe_layers"] = tuple(d["moe_layers"])

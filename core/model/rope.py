@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 
 
-def rope_angles(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_angles(
+    positions: torch.Tensor, head_dim: int, base: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables.
 
     Args:
@@ -18,7 +20,10 @@ def rope_angles(positions: torch.Tensor, head_dim: int, base: float) -> tuple[to
     Returns:
         (cos, sin), each [B, T, 1, D] fp32.
     """
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
+    inv_freq = 1.0 / (
+        base
+        ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
+    )
     freqs = positions.to(torch.float32)[..., None] * inv_freq  # [B, T, D/2]
     emb = torch.cat([freqs, freqs], dim=-1)[:, :, None, :]  # [B, T, 1, D]
     return emb.cos(), emb.sin()

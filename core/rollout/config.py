@@ -35,9 +35,13 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISION_CHOICES:
-            raise ValueError(f"rollout.precision={self.precision!r} not in {list(PRECISION_CHOICES)}")
+            raise ValueError(
+                f"rollout.precision={self.precision!r} not in {list(PRECISION_CHOICES)}"
+            )
         if self.logprob_mode not in LOGPROB_MODES:
-            raise ValueError(f"rollout.logprob_mode={self.logprob_mode!r} not in {list(LOGPROB_MODES)}")
+            raise ValueError(
+                f"rollout.logprob_mode={self.logprob_mode!r} not in {list(LOGPROB_MODES)}"
+            )
         if self.sync_every < 1:
             raise ValueError(f"rollout.sync_every={self.sync_every} must be >= 1")
         if self.topk_mode not in TOPK_MODES:
@@ -47,6 +51,9 @@ class RolloutConfig:
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens, logprob_mode=self.logprob_mode,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens,
+            logprob_mode=self.logprob_mode,
         )

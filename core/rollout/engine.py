@@ -107,7 +107,9 @@ class RolloutEngine:
     def _ffn(self, l: int, x: torch.Tensor, routes: dict) -> torch.Tensor:
         p = f"layers.{l}."
         if l not in self.cfg.moe_layers:
-            return self._lin(p + "w_down", F.silu(self._lin(p + "w_gate", x)) * self._lin(p + "w_up", x))
+            return self._lin(
+                p + "w_down", F.silu(self._lin(p + "w_gate", x)) * self._lin(p + "w_up", x)
+            )
         b, t, h = x.shape
         flat = x.reshape(b * t, h)
         experts, gates = route(self._lin(p + "router", flat), self.cfg.moe_topk)
@@ -169,25 +171,38 @@ class RolloutEngine:
 
     def _new_cache(self, b: int, t: int) -> list:
         shape = (b, t, self.cfg.num_kv_heads, self.cfg.head_dim)
-        cache = [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype))
-                 for _ in range(self.cfg.num_layers)]
+        cache = [
+            (torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype))
+            for _ in range(self.cfg.num_layers)
+        ]
         if self.memory_hooks is not None:  # the ledger frees it when the tensors die
             self.memory_hooks.kv_cache_allocated(cache)
         return cache
 
     # ---- public API --------------------------------------------------------------------------
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams, *, eos_id: int,
-                 pad_id: int, generator: torch.Generator | None = None,
-                 greedy: bool = False) -> RolloutBatch:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        *,
+        eos_id: int,
+        pad_id: int,
+        generator: torch.Generator | None = None,
+        greedy: bool = False,
+    ) -> RolloutBatch:
         """Token IDs in, token IDs + log-probs + finish reasons out."""
         if not self.weights:
-            raise RuntimeError("rollout engine has no weights: call load_weights (weight sync) first")
+            raise RuntimeError(
+                "rollout engine has no weights: call load_weights (weight sync) first"
+            )
         prompt_ids, prompt_valid = left_pad(prompts, pad_id)
         b, tp = prompt_ids.shape
         tr = params.max_new_tokens
         if tp + tr > self.cfg.max_seq_len:
-            raise ValueError(f"prompt ({tp}) + max_new_tokens ({tr}) > model.max_seq_len={self.cfg.max_seq_len}")
+            raise ValueError(
+                f"prompt ({tp}) + max_new_tokens ({tr}) > model.max_seq_len={self.cfg.max_seq_len}"
+            )
         cache = self._new_cache(b, tp + tr)
         routes: dict = {}
         topk: dict = {}
@@ -207,10 +222,19 @@ class RolloutEngine:
             if bool(done.all()) or s == tr - 1:
                 break
             key_valid = torch.cat([key_valid, alive[:, None]], dim=1)
-            logits = self._forward(out_ids[:, s : s + 1], key_valid, tp + s, cache, routes, topk)[:, -1]
+            logits = self._forward(out_ids[:, s : s + 1], key_valid, tp + s, cache, routes, topk)[
+                :, -1
+            ]
         return RolloutBatch(
-            prompt_ids, prompt_valid, out_ids, mask, out_lp, done, self.policy_version,
-            routes={l: torch.cat(r, dim=1) for l, r in routes.items()}, topk=topk,
+            prompt_ids,
+            prompt_valid,
+            out_ids,
+            mask,
+            out_lp,
+            done,
+            self.policy_version,
+            routes={l: torch.cat(r, dim=1) for l, r in routes.items()},
+            topk=topk,
         )
 
     @torch.no_grad()

@@ -44,7 +44,9 @@ class SamplingParams:
 
 
 def sample_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
     greedy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row.

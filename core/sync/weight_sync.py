@@ -59,7 +59,9 @@ class SyncReport:
 class WeightSync:
     """Moves actor weights into the rollout engine and records every phase."""
 
-    def __init__(self, engine: RolloutEngine, telemetry, *, quantizer=None, temperature: float = 1.0):
+    def __init__(
+        self, engine: RolloutEngine, telemetry, *, quantizer=None, temperature: float = 1.0
+    ):
         self.engine = engine
         self.telemetry = telemetry
         self.quantizer = quantizer  # callable(engine_weights, version) -> engine_weights, or None
@@ -67,19 +69,39 @@ class WeightSync:
         self.sync_id = 0
         self.memory_hooks = None  # core.train.memory_hooks.TrainingMemory: buffers to the ledger
 
-    def sync(self, actor: Actor, version: int, probe: tuple[torch.Tensor, torch.Tensor]) -> SyncReport:
-        rows: dict[str, list] = {k: [] for k in ("sync_id", "policy_version", "phase", "ts", "bytes",
-                                                  "checksum", "engine", "probe_mismatch_abs_max",
-                                                  "duration_s")}
+    def sync(
+        self, actor: Actor, version: int, probe: tuple[torch.Tensor, torch.Tensor]
+    ) -> SyncReport:
+        rows: dict[str, list] = {
+            k: []
+            for k in (
+                "sync_id",
+                "policy_version",
+                "phase",
+                "ts",
+                "bytes",
+                "checksum",
+                "engine",
+                "probe_mismatch_abs_max",
+                "duration_s",
+            )
+        }
         t = time.perf_counter()
 
         def phase(name: str, nbytes: int | None, checksum: str | None, probe_max=None) -> None:
             nonlocal t
             now = time.perf_counter()
-            for k, v in (("sync_id", self.sync_id), ("policy_version", version), ("phase", name),
-                         ("ts", datetime.now(UTC)), ("bytes", nbytes), ("checksum", checksum),
-                         ("engine", "rollout"), ("probe_mismatch_abs_max", probe_max),
-                         ("duration_s", now - t)):
+            for k, v in (
+                ("sync_id", self.sync_id),
+                ("policy_version", version),
+                ("phase", name),
+                ("ts", datetime.now(UTC)),
+                ("bytes", nbytes),
+                ("checksum", checksum),
+                ("engine", "rollout"),
+                ("probe_mismatch_abs_max", probe_max),
+                ("duration_s", now - t),
+            ):
                 rows[k].append(v)
             t = now
 
@@ -127,7 +149,8 @@ class WeightSync:
             ids, valid: [P, T] probe sequences (left-padded) and their validity.
         """
         rollout = self.engine.prefill_logprobs(ids, valid, self.temperature)
-        train, _ = token_logprobs(actor.logits(ids, valid)[:, :-1], ids[:, 1:],
-                                  temperature=self.temperature)
+        train, _ = token_logprobs(
+            actor.logits(ids, valid)[:, :-1], ids[:, 1:], temperature=self.temperature
+        )
         diff = (train - rollout).abs()[valid[:, 1:] & valid[:, :-1]]
         return float(diff.max()), float(diff.mean())

@@ -51,5 +51,6 @@ def build_train_batch(rb: RolloutBatch, *, tok: Tokenizer, retokenize: bool = Fa
     action_mask = torch.cat([pad, resp_mask], dim=1)  # [B, T-1], prediction of slot t+1
     rollout_logp = torch.cat([torch.zeros(pad.shape), rb.logprobs], dim=1)
     rollout_targets = torch.cat([rb.prompt_ids[:, 1:], rb.response_ids], dim=1)
-    return TrainBatch(input_ids, valid, input_ids[:, 1:], action_mask, rollout_logp,
-                      rollout_targets, tp)
+    return TrainBatch(
+        input_ids, valid, input_ids[:, 1:], action_mask, rollout_logp, rollout_targets, tp
+    )

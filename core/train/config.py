@@ -17,6 +17,9 @@ class OptimConfig:
     """AdamW β2 in [0, 1)."""
     grad_clip: float = 1.0
     """Global grad-norm clip (0 = off)."""
+    eps: float = 1e-8
+    """AdamW ε (> 0). Large values (≈ the gradients' scale) damp the steps of parameters whose
+    gradient is mostly noise: the RL update then moves only where the signal is."""
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
@@ -26,6 +29,8 @@ class OptimConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"optim.{name}={getattr(self, name)} must be in [0, 1)")
+        if not self.eps > 0:
+            raise ValueError(f"optim.eps={self.eps} must be > 0")
         if self.grad_clip < 0:
             raise ValueError(f"optim.grad_clip={self.grad_clip} must be >= 0")
 

@@ -21,8 +21,14 @@ def resolve_config(config_path, overrides, *, steps=None, seed=None) -> RunConfi
     return load_config(config_path, extra)
 
 
-def run_training(cfg: RunConfig, *, runs_root: str | Path, telemetry: str = "duckdb",
-                 name: str = "grpo", progress: bool = True) -> tuple[Path, dict]:
+def run_training(
+    cfg: RunConfig,
+    *,
+    runs_root: str | Path,
+    telemetry: str = "duckdb",
+    name: str = "grpo",
+    progress: bool = True,
+) -> tuple[Path, dict]:
     """Create ``RUNS/<run_id>/``, train, close telemetry; returns (run_dir, summary)."""
     from core.train.grpo import run_grpo
     from core.train.session import Session
@@ -31,8 +37,14 @@ def run_training(cfg: RunConfig, *, runs_root: str | Path, telemetry: str = "duc
     run_dir = new_run_dir(runs_root, name)
     write_resolved_config(run_dir, cfg)
     log = file_logger(run_dir)
-    sink = open_telemetry(telemetry, run_dir, cfg, tokenizer_rev=tok.revision,
-                          chat_template_rev=CHAT_TEMPLATE_REV, vocab_size=tok.vocab_size)
+    sink = open_telemetry(
+        telemetry,
+        run_dir,
+        cfg,
+        tokenizer_rev=tok.revision,
+        chat_template_rev=CHAT_TEMPLATE_REV,
+        vocab_size=tok.vocab_size,
+    )
     if telemetry == "duckdb":
         from observability.signals import install_signal_handlers
 
@@ -46,19 +58,32 @@ def run_training(cfg: RunConfig, *, runs_root: str | Path, telemetry: str = "duc
             bar = tqdm(total=cfg.train.steps, desc=run_dir.name, file=sys.stderr, leave=True)
 
         def on_step(m: dict) -> None:
-            log.info("step %d reward %.3f |dlogp| %.2e masked %.3f step %.2fs", m["step"],
-                     m["reward_mean"], m["mismatch_abs_mean"], m["masked_fraction"], m["step_time_s"])
+            log.info(
+                "step %d reward %.3f |dlogp| %.2e masked %.3f step %.2fs",
+                m["step"],
+                m["reward_mean"],
+                m["mismatch_abs_mean"],
+                m["masked_fraction"],
+                m["step_time_s"],
+            )
             if bar is not None:
-                bar.set_postfix(reward=f"{m['reward_mean']:.3f}", dlogp=f"{m['mismatch_abs_mean']:.1e}",
-                                masked=f"{m['masked_fraction']:.3f}", step_s=f"{m['step_time_s']:.2f}")
+                bar.set_postfix(
+                    reward=f"{m['reward_mean']:.3f}",
+                    dlogp=f"{m['mismatch_abs_mean']:.1e}",
+                    masked=f"{m['masked_fraction']:.3f}",
+                    step_s=f"{m['step_time_s']:.2f}",
+                )
                 bar.update(1)
 
         t0 = time.time()
         summary = run_grpo(session, steps=cfg.train.steps, progress=on_step)
         summary["seconds"] = time.time() - t0
         summary["run_dir"] = str(run_dir)
-        log.info("finished: eval accuracy %.3f -> %.3f", summary["eval_accuracy_start"],
-                 summary["eval_accuracy_end"])
+        log.info(
+            "finished: eval accuracy %.3f -> %.3f",
+            summary["eval_accuracy_start"],
+            summary["eval_accuracy_end"],
+        )
     except BaseException:
         sink.close("failed")
         raise
@@ -72,12 +97,16 @@ def run_training(cfg: RunConfig, *, runs_root: str | Path, telemetry: str = "duc
 def print_summary(run_dir: Path, summary: dict) -> None:
     steps = summary["steps"]
     print(f"run: {run_dir}")
-    print(f"  held-out greedy accuracy: {summary['eval_accuracy_start']:.3f} -> "
-          f"{summary['eval_accuracy_end']:.3f} after {len(steps)} steps ({summary['seconds']:.0f}s)")
+    print(
+        f"  held-out greedy accuracy: {summary['eval_accuracy_start']:.3f} -> "
+        f"{summary['eval_accuracy_end']:.3f} after {len(steps)} steps ({summary['seconds']:.0f}s)"
+    )
     if steps:
         last = steps[-1]
-        print(f"  last step: reward {last['reward_mean']:.3f}, mean |train-rollout logp| "
-              f"{last['mismatch_abs_mean']:.2e}, masked {last['masked_fraction']:.3f}")
+        print(
+            f"  last step: reward {last['reward_mean']:.3f}, mean |train-rollout logp| "
+            f"{last['mismatch_abs_mean']:.2e}, masked {last['masked_fraction']:.3f}"
+        )
 
 
 def train_from_args(args) -> int:
@@ -86,8 +115,9 @@ def train_from_args(args) -> int:
     except (ConfigError, ValueError) as e:
         print(f"closedloop train: config error: {e}", file=sys.stderr)
         return 2
-    run_dir, summary = run_training(cfg, runs_root=args.run_dir, telemetry=args.telemetry,
-                                    name=args.name)
+    run_dir, summary = run_training(
+        cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=args.name
+    )
     print_summary(run_dir, summary)
     return 0
 
@@ -101,8 +131,13 @@ def pretrain_from_args(args) -> int:
 
         build_tokenizer_asset()
     out = args.out or str(Path(__file__).resolve().parent.parent / "assets" / "base_model")
-    pretrain(out, model_cfg=cfg.model, task_cfg=cfg.task, tok=Tokenizer.load(),
-             steps=args.steps or PRETRAIN_STEPS)
+    pretrain(
+        out,
+        model_cfg=cfg.model,
+        task_cfg=cfg.task,
+        tok=Tokenizer.load(),
+        steps=args.steps or PRETRAIN_STEPS,
+    )
     return 0
 
 

@@ -45,8 +45,13 @@ def rollout_step(s: Session, step: int):
     problems = make_prompts(b, seed=cfg.train.seed * 1_000_003 + step, cfg=cfg.task)
     problems = [p for p in problems for _ in range(g)]  # group-major: [B*G]
     prompts = [encode_prompt(p.question, tok=s.tok) for p in problems]
-    rb = s.engine.generate(prompts, cfg.rollout.sampling(), eos_id=s.tok.eos_id,
-                           pad_id=s.tok.pad_id, generator=s.generator)
+    rb = s.engine.generate(
+        prompts,
+        cfg.rollout.sampling(),
+        eos_id=s.tok.eos_id,
+        pad_id=s.tok.pad_id,
+        generator=s.generator,
+    )
     s.memory.rollout_done(rb)  # live IO, handed to the trainer
     texts, verdicts = [], []
     for i, p in enumerate(problems):
@@ -79,15 +84,29 @@ def train_step(s: Session, step: int) -> dict:
     logp, entropy = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
     entropy = entropy.detach()
     old_logp = logp.detach()  # one optimizer step per rollout batch: π_old = π_train at step start
-    trusted, tm = trust_mask(old_logp, tb.rollout_logp, tb.action_mask, rule=alg.trust_rule,
-                             beta=alg.icepop_beta, eps_low=alg.eps_low, eps_high=alg.eps_high)
+    trusted, tm = trust_mask(
+        old_logp,
+        tb.rollout_logp,
+        tb.action_mask,
+        rule=alg.trust_rule,
+        beta=alg.icepop_beta,
+        eps_low=alg.eps_low,
+        eps_high=alg.eps_high,
+    )
     reason = tm["reason"]
     if stale:
         reason = torch.where(tb.action_mask, torch.full_like(reason, STALE_CODE), reason)
         trusted = torch.zeros_like(trusted)
-    loss, lm = clipped_policy_loss(logp, old_logp, adv, trusted, eps_low=alg.eps_low,
-                                   eps_high=alg.eps_high, agg_mode=alg.loss_agg_mode,
-                                   denominator=tb.action_mask.sum())
+    loss, lm = clipped_policy_loss(
+        logp,
+        old_logp,
+        adv,
+        trusted,
+        eps_low=alg.eps_low,
+        eps_high=alg.eps_high,
+        agg_mode=alg.loss_agg_mode,
+        denominator=tb.action_mask.sum(),
+    )
     s.memory.forward_end(logits, sparse=sparse)  # these stay alive for the step
     s.optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -103,13 +122,34 @@ def train_step(s: Session, step: int) -> dict:
     s.memory.end_step(step)  # frees the step's live IO; memory_events / memory_peaks rows
 
     metrics = _step_metrics(tb, old_logp, entropy, trusted, reason, lm, adv_m, loss, grad_norm)
-    metrics.update(step=step, policy_version=s.version, staleness_max=staleness,
-                   rollout_time_s=t_rollout, train_time_s=t_train,
-                   step_time_s=time.perf_counter() - t0, lr=cfg.optim.lr)
+    metrics.update(
+        step=step,
+        policy_version=s.version,
+        staleness_max=staleness,
+        rollout_time_s=t_rollout,
+        train_time_s=t_train,
+        step_time_s=time.perf_counter() - t0,
+        lr=cfg.optim.lr,
+    )
     if sparse is not None:
         metrics.update(sparse.metrics())  # topk_agreement / route_agreement
-    _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, old_logp, entropy, reason,
-          stale, metrics, sparse)
+    _emit(
+        s,
+        step,
+        problems,
+        rb,
+        tb,
+        texts,
+        verdicts,
+        rewards,
+        adv,
+        old_logp,
+        entropy,
+        reason,
+        stale,
+        metrics,
+        sparse,
+    )
     return metrics
 
 
@@ -121,15 +161,20 @@ def _step_metrics(tb, train_lp, entropy, trusted, reason, lm, adv_m, loss, grad_
     frac = [c / max(n_act, 1) for c in counts]
     retok = (tb.targets != tb.rollout_targets)[act]
     return {
-        "loss": float(loss.detach()), "policy_loss": float(loss.detach()),
+        "loss": float(loss.detach()),
+        "policy_loss": float(loss.detach()),
         "entropy": float(entropy[act].mean()) if n_act else float("nan"),
         "grad_norm": float(grad_norm),
-        "reward_mean": float(adv_m["reward_mean"]), "reward_std": float(adv_m["reward_std"]),
-        "n_tokens": int(tb.valid.sum()), "n_loss_tokens": n_act,
+        "reward_mean": float(adv_m["reward_mean"]),
+        "reward_std": float(adv_m["reward_std"]),
+        "n_tokens": int(tb.valid.sum()),
+        "n_loss_tokens": n_act,
         "n_trusted_tokens": int(trusted.sum()),
         "masked_fraction": 1.0 - int(trusted.sum()) / max(n_act, 1),
-        "icepop_masked_fraction": frac[1], "dis_low_fraction": frac[2],
-        "dis_high_fraction": frac[3], "stale_fraction": frac[5],
+        "icepop_masked_fraction": frac[1],
+        "dis_low_fraction": frac[2],
+        "dis_high_fraction": frac[3],
+        "stale_fraction": frac[5],
         "clip_fraction": float(lm["clip_fraction"]),
         "mismatch_abs_mean": float(delta.mean()) if n_act else float("nan"),
         "mismatch_abs_p99": float(delta.quantile(0.99)) if n_act else float("nan"),
@@ -138,36 +183,86 @@ def _step_metrics(tb, train_lp, entropy, trusted, reason, lm, adv_m, loss, grad_
     }
 
 
-def _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, train_lp, entropy, reason,
-          stale, metrics, sparse=None) -> None:
+def _emit(
+    s,
+    step,
+    problems,
+    rb,
+    tb,
+    texts,
+    verdicts,
+    rewards,
+    adv,
+    train_lp,
+    entropy,
+    reason,
+    stale,
+    metrics,
+    sparse=None,
+) -> None:
     n = len(problems)
     sample_ids = torch.arange(s.next_sample_id, s.next_sample_id + n, dtype=torch.int64)
     s.next_sample_id += n
     keep = keep_tokens_for(sample_ids.numpy(), s.cfg.telemetry.token_sample_rate)
     g = s.cfg.algorithm.group_size
-    s.telemetry.emit("samples", sample_rows(
-        step=step, sample_ids=sample_ids.numpy(), problems=problems,
-        group_ids=step * s.cfg.algorithm.prompts_per_step + np.arange(n) // g,
-        rewards=rewards.flatten().numpy(), advantages=adv.numpy(),
-        reasons=[v.failure_reason for v in verdicts], texts=texts,
-        finished=rb.finished.tolist(), n_prompt=rb.prompt_valid.sum(1).numpy(),
-        n_response=rb.response_mask.sum(1).numpy(),
-        status=["stale" if stale else ("truncated" if not f else "trained") for f in rb.finished.tolist()],
-        version_rollout=rb.policy_version, version_train=s.version - 1,
-        tokenizer_rev=s.tok.revision, chat_template_rev=CHAT_TEMPLATE_REV,
-        sampling=s.sampling_record, keep=keep))
-    s.telemetry.emit("reward_components", reward_component_rows(
-        step=step, sample_ids=sample_ids.numpy(), rewards=rewards.flatten().numpy(),
-        reasons=[v.failure_reason for v in verdicts]))
+    s.telemetry.emit(
+        "samples",
+        sample_rows(
+            step=step,
+            sample_ids=sample_ids.numpy(),
+            problems=problems,
+            group_ids=step * s.cfg.algorithm.prompts_per_step + np.arange(n) // g,
+            rewards=rewards.flatten().numpy(),
+            advantages=adv.numpy(),
+            reasons=[v.failure_reason for v in verdicts],
+            texts=texts,
+            finished=rb.finished.tolist(),
+            n_prompt=rb.prompt_valid.sum(1).numpy(),
+            n_response=rb.response_mask.sum(1).numpy(),
+            status=[
+                "stale" if stale else ("truncated" if not f else "trained")
+                for f in rb.finished.tolist()
+            ],
+            version_rollout=rb.policy_version,
+            version_train=s.version - 1,
+            tokenizer_rev=s.tok.revision,
+            chat_template_rev=CHAT_TEMPLATE_REV,
+            sampling=s.sampling_record,
+            keep=keep,
+        ),
+    )
+    s.telemetry.emit(
+        "reward_components",
+        reward_component_rows(
+            step=step,
+            sample_ids=sample_ids.numpy(),
+            rewards=rewards.flatten().numpy(),
+            reasons=[v.failure_reason for v in verdicts],
+        ),
+    )
     if keep.any():
         valid_rollout = torch.cat([rb.prompt_valid, rb.response_mask], dim=1)
         rollout_ids = torch.cat([rb.prompt_ids, rb.response_ids], dim=1)
-        s.telemetry.emit("tokens", token_rows(
-            step=step, sample_ids=sample_ids, input_ids=tb.input_ids,
-            rollout_targets=tb.rollout_targets, valid_rollout=valid_rollout, n_prompt=tb.n_prompt,
-            action_mask=tb.action_mask, rollout_logp=tb.rollout_logp, train_logp=train_lp,
-            reason=reason, advantages=adv, entropy=entropy.detach(),
-            prefix_hash=unpadded_prefix_hashes(rollout_ids, valid_rollout), version_rollout=rb.policy_version, keep=keep))
+        s.telemetry.emit(
+            "tokens",
+            token_rows(
+                step=step,
+                sample_ids=sample_ids,
+                input_ids=tb.input_ids,
+                rollout_targets=tb.rollout_targets,
+                valid_rollout=valid_rollout,
+                n_prompt=tb.n_prompt,
+                action_mask=tb.action_mask,
+                rollout_logp=tb.rollout_logp,
+                train_logp=train_lp,
+                reason=reason,
+                advantages=adv,
+                entropy=entropy.detach(),
+                prefix_hash=unpadded_prefix_hashes(rollout_ids, valid_rollout),
+                version_rollout=rb.policy_version,
+                keep=keep,
+            ),
+        )
     if sparse is not None:
         emit_sparse_rows(s.telemetry, sparse, step=step, sample_ids=sample_ids, keep=keep)
     row = {k: [v] for k, v in metrics.items()}
@@ -178,11 +273,24 @@ def _emit(s, step, problems, rb, tb, texts, verdicts, rewards, adv, train_lp, en
 
 def evaluate(s: Session, step: int) -> float:
     s.memory.begin_step(step)
-    r = greedy_accuracy(s.engine, s.tok, s.cfg.task, n=s.cfg.train.eval_size,
-                        max_new_tokens=s.cfg.rollout.max_new_tokens)
-    s.telemetry.emit("evals", {"step": [step], "policy_version": [s.engine.policy_version],
-                               "split": ["heldout"], "n": [r["n"]], "accuracy": [r["accuracy"]],
-                               "reward_mean": [r["reward_mean"]]})
+    r = greedy_accuracy(
+        s.engine,
+        s.tok,
+        s.cfg.task,
+        n=s.cfg.train.eval_size,
+        max_new_tokens=s.cfg.rollout.max_new_tokens,
+    )
+    s.telemetry.emit(
+        "evals",
+        {
+            "step": [step],
+            "policy_version": [s.engine.policy_version],
+            "split": ["heldout"],
+            "n": [r["n"]],
+            "accuracy": [r["accuracy"]],
+            "reward_mean": [r["reward_mean"]],
+        },
+    )
     return r["accuracy"]
 
 

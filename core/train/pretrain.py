@@ -23,9 +23,18 @@ from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate import greedy_accuracy
 
 
-def pretrain(out_dir: str | Path, *, model_cfg: ModelConfig, task_cfg: ArithmeticConfig,
-             tok: Tokenizer, steps: int = 600, batch_size: int = 64, lr: float = 2e-3,
-             seed: int = 1234, log=print) -> dict:
+def pretrain(
+    out_dir: str | Path,
+    *,
+    model_cfg: ModelConfig,
+    task_cfg: ArithmeticConfig,
+    tok: Tokenizer,
+    steps: int = 600,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    seed: int = 1234,
+    log=print,
+) -> dict:
     """Run SFT and write the checkpoint; returns a summary with the greedy accuracy.
 
     Runs on one CPU thread so that the float summation order, and with it the checkpoint's
@@ -34,8 +43,17 @@ def pretrain(out_dir: str | Path, *, model_cfg: ModelConfig, task_cfg: Arithmeti
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _pretrain(out_dir, model_cfg=model_cfg, task_cfg=task_cfg, tok=tok, steps=steps,
-                         batch_size=batch_size, lr=lr, seed=seed, log=log)
+        return _pretrain(
+            out_dir,
+            model_cfg=model_cfg,
+            task_cfg=task_cfg,
+            tok=tok,
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            seed=seed,
+            log=log,
+        )
     finally:
         torch.set_num_threads(threads)
 
@@ -44,7 +62,9 @@ def _pretrain(out_dir, *, model_cfg, task_cfg, tok, steps, batch_size, lr, seed,
     torch.manual_seed(seed)
     actor = Actor(model_cfg, seed=seed)
     opt = torch.optim.AdamW(actor.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.1)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.1
+    )
     pairs = list(sft_corpus(steps * batch_size, seed, task_cfg))
     t0 = time.time()
     for step in range(steps):
@@ -69,16 +89,25 @@ def _pretrain(out_dir, *, model_cfg, task_cfg, tok, steps, batch_size, lr, seed,
         opt.step()
         sched.step()
         if step % 100 == 0 or step == steps - 1:
-            log(f"pretrain step {step:4d} loss {loss.detach().item():.4f} ({time.time() - t0:.0f}s)")
+            log(
+                f"pretrain step {step:4d} loss {loss.detach().item():.4f} ({time.time() - t0:.0f}s)"
+            )
     engine = RolloutEngine(model_cfg)
     engine.load_weights(actor_to_rollout(actor.named_weights(), model_cfg), version=0)
     acc = greedy_accuracy(engine, tok, task_cfg, n=256)["accuracy"]
     meta = {
         "produced_by": "closedloop pretrain",
-        "seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr,
-        "task": {"min_digits": task_cfg.min_digits, "max_digits": task_cfg.max_digits,
-                 "ops": list(task_cfg.ops)},
-        "tokenizer_rev": tok.revision, "chat_template_rev": CHAT_TEMPLATE_REV,
+        "seed": seed,
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "task": {
+            "min_digits": task_cfg.min_digits,
+            "max_digits": task_cfg.max_digits,
+            "ops": list(task_cfg.ops),
+        },
+        "tokenizer_rev": tok.revision,
+        "chat_template_rev": CHAT_TEMPLATE_REV,
         "greedy_eval_accuracy": acc,
     }
     sha = save_checkpoint(out_dir, actor.named_weights(), model_cfg, meta)

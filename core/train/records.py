@@ -18,11 +18,24 @@ import torch
 from core.algorithms.trust import REASONS, STALE_CODE
 
 
-def token_rows(*, step: int, sample_ids: torch.Tensor, input_ids: torch.Tensor,
-               rollout_targets: torch.Tensor, valid_rollout: torch.Tensor, n_prompt: int,
-               action_mask: torch.Tensor, rollout_logp: torch.Tensor, train_logp: torch.Tensor,
-               reason: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor,
-               prefix_hash: torch.Tensor, version_rollout: int, keep: np.ndarray) -> dict:
+def token_rows(
+    *,
+    step: int,
+    sample_ids: torch.Tensor,
+    input_ids: torch.Tensor,
+    rollout_targets: torch.Tensor,
+    valid_rollout: torch.Tensor,
+    n_prompt: int,
+    action_mask: torch.Tensor,
+    rollout_logp: torch.Tensor,
+    train_logp: torch.Tensor,
+    reason: torch.Tensor,
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    prefix_hash: torch.Tensor,
+    version_rollout: int,
+    keep: np.ndarray,
+) -> dict:
     """Columns of the ``tokens`` table.
 
     Args:
@@ -32,10 +45,14 @@ def token_rows(*, step: int, sample_ids: torch.Tensor, input_ids: torch.Tensor,
         advantages: [B]; prefix_hash: [B, T] over the rollout IDs; keep: [B] bool (sampling).
     """
     b, t = input_ids.shape
-    rollout_ids = torch.cat([input_ids[:, :1], rollout_targets], dim=1)  # [B, T] (slot 0 is pad/bos)
+    rollout_ids = torch.cat(
+        [input_ids[:, :1], rollout_targets], dim=1
+    )  # [B, T] (slot 0 is pad/bos)
     act = torch.cat([torch.zeros(b, 1, dtype=torch.bool), action_mask], dim=1)  # [B, T]
+
     def shift(x, fill):
         return torch.cat([torch.full((b, 1), fill, dtype=x.dtype), x], dim=1)
+
     sel = valid_rollout & torch.as_tensor(keep)[:, None]
     pos = (valid_rollout.long().cumsum(1) - 1)[sel]
     roles = np.where(act[sel].numpy(), "action", "prompt")
@@ -45,6 +62,7 @@ def token_rows(*, step: int, sample_ids: torch.Tensor, input_ids: torch.Tensor,
     r_lp = shift(rollout_logp, 0.0)[sel].numpy()
     t_lp = shift(train_logp, 0.0)[sel].numpy()
     ent = shift(entropy, 0.0)[sel].numpy()
+
     def on_actions(x: np.ndarray) -> pa.Array:  # null (not NaN) where the token is no action
         return pa.array(x, mask=~is_act)
 
@@ -69,9 +87,27 @@ def token_rows(*, step: int, sample_ids: torch.Tensor, input_ids: torch.Tensor,
     }
 
 
-def sample_rows(*, step, sample_ids, problems, group_ids, rewards, advantages, reasons, texts,
-                finished, n_prompt, n_response, status, version_rollout, version_train,
-                tokenizer_rev, chat_template_rev, sampling: dict, keep) -> dict:
+def sample_rows(
+    *,
+    step,
+    sample_ids,
+    problems,
+    group_ids,
+    rewards,
+    advantages,
+    reasons,
+    texts,
+    finished,
+    n_prompt,
+    n_response,
+    status,
+    version_rollout,
+    version_train,
+    tokenizer_rev,
+    chat_template_rev,
+    sampling: dict,
+    keep,
+) -> dict:
     n = len(sample_ids)
     return {
         "sample_id": np.asarray(sample_ids, dtype=np.int64),

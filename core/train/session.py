@@ -37,27 +37,62 @@ class Session:
         base = base if base.is_absolute() else REPO_ROOT / base
         weights, model_cfg, self.base_meta = load_checkpoint(base)
         if self.tok.vocab_size > model_cfg.vocab_size:
-            raise ValueError(f"tokenizer vocab {self.tok.vocab_size} > model.vocab_size {model_cfg.vocab_size}")
-        overrides = {k: v for k, v in dataclasses.asdict(cfg.model).items()
-                     if k in ("dsa_topk", "dsa_index_heads", "dsa_index_dim", "dsa_trainable",
-                              "moe_layers", "num_experts", "moe_topk")}
+            raise ValueError(
+                f"tokenizer vocab {self.tok.vocab_size} > model.vocab_size {model_cfg.vocab_size}"
+            )
+        overrides = {
+            k: v
+            for k, v in dataclasses.asdict(cfg.model).items()
+            if k
+            in (
+                "dsa_topk",
+                "dsa_index_heads",
+                "dsa_index_dim",
+                "dsa_trainable",
+                "moe_layers",
+                "num_experts",
+                "moe_topk",
+            )
+        }
         self.model_cfg = dataclasses.replace(model_cfg, **overrides)
-        self.quant = build_quant_wiring(cfg.quant, precision=cfg.rollout.precision,
-                                        quant_preset=cfg.rollout.quant_preset, model_cfg=self.model_cfg)
-        self.actor = Actor(self.model_cfg, seed=cfg.train.seed,
-                           linear_overrides=self.quant.linear_overrides)
+        self.quant = build_quant_wiring(
+            cfg.quant,
+            precision=cfg.rollout.precision,
+            quant_preset=cfg.rollout.quant_preset,
+            model_cfg=self.model_cfg,
+        )
+        self.actor = Actor(
+            self.model_cfg, seed=cfg.train.seed, linear_overrides=self.quant.linear_overrides
+        )
         self.quant.attach(self.actor)
         self.actor.load_weights(sparse_from_dense(weights, self.actor, seed=cfg.train.seed))
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.actor.parameters() if p.requires_grad], lr=o.lr,
-            betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
-        self.engine = RolloutEngine(self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision])
-        self.engine.dsa = engine_dsa(self.engine, topk_mode=cfg.rollout.topk_mode, seed=cfg.train.seed)
-        self.weight_sync = WeightSync(self.engine, telemetry, quantizer=self.quant.quantizer,
-                                      temperature=cfg.rollout.temperature)
-        self.memory = TrainingMemory(self.actor, self.optimizer, telemetry=telemetry,
-                                     engine=self.engine, weight_sync=self.weight_sync)
+            [p for p in self.actor.parameters() if p.requires_grad],
+            lr=o.lr,
+            betas=(o.beta1, o.beta2),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+        )
+        self.engine = RolloutEngine(
+            self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision]
+        )
+        self.engine.dsa = engine_dsa(
+            self.engine, topk_mode=cfg.rollout.topk_mode, seed=cfg.train.seed
+        )
+        self.weight_sync = WeightSync(
+            self.engine,
+            telemetry,
+            quantizer=self.quant.quantizer,
+            temperature=cfg.rollout.temperature,
+        )
+        self.memory = TrainingMemory(
+            self.actor,
+            self.optimizer,
+            telemetry=telemetry,
+            engine=self.engine,
+            weight_sync=self.weight_sync,
+        )
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
         self.version = 0
         self.next_sample_id = 0
@@ -68,8 +103,10 @@ class Session:
     def _probe_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Fixed probe sequences: prompt + reference answer of seeded problems."""
         problems = make_prompts(n, seed=999_983, cfg=self.cfg.task)
-        seqs = [encode_prompt(p.question, tok=self.tok) + encode_response(p.answer, tok=self.tok)
-                for p in problems]
+        seqs = [
+            encode_prompt(p.question, tok=self.tok) + encode_response(p.answer, tok=self.tok)
+            for p in problems
+        ]
         return left_pad(seqs, self.tok.pad_id)
 
     def sync(self):

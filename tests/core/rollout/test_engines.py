@@ -87,8 +87,15 @@ def test_generation_is_deterministic(session):
 
 
 def test_conversion_is_exact_and_moe_engines_agree():
-    cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                      ffn_hidden_size=48, moe_layers=(1,))
+    cfg = ModelConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        ffn_hidden_size=48,
+        moe_layers=(1,),
+    )
     actor = Actor(cfg, seed=3)
     eng = RolloutEngine(cfg)
     w = actor.named_weights()

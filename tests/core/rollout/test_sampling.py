@@ -13,7 +13,9 @@ def test_processed_logprob_uses_temperature():
     logits = torch.tensor([[0.0, math.log(3.0)]])
     _, lp = sample_tokens(logits, SamplingParams(temperature=2.0), None, greedy=True)
     assert lp.item() == pytest.approx(math.log(math.sqrt(3) / (1 + math.sqrt(3))), abs=1e-6)
-    _, raw = sample_tokens(logits, SamplingParams(temperature=2.0, logprob_mode="raw"), None, greedy=True)
+    _, raw = sample_tokens(
+        logits, SamplingParams(temperature=2.0, logprob_mode="raw"), None, greedy=True
+    )
     assert raw.item() == pytest.approx(math.log(0.75), abs=1e-6)
 
 
@@ -40,8 +42,16 @@ def test_seeded_sampling_is_deterministic():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-@pytest.mark.parametrize("kw", [{"temperature": 0.0}, {"top_p": 0.0}, {"top_k": -1},
-                                {"max_new_tokens": 0}, {"logprob_mode": "tempered"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"temperature": 0.0},
+        {"top_p": 0.0},
+        {"top_k": -1},
+        {"max_new_tokens": 0},
+        {"logprob_mode": "tempered"},
+    ],
+)
 def test_bad_params(kw):
     with pytest.raises(ValueError, match="rollout."):
         SamplingParams(**kw)
