@@ -22,6 +22,9 @@ class TelemetryConfig:
     """A table's pending rows are written as a part once they reach this many (>= 1)."""
     flush_seconds: float = 2.0
     """Pending rows are written at the latest this long after they were emitted (> 0)."""
+    step_flush_min_seconds: float = 1.0
+    """``step_end`` flushes only if the previous step-end flush is at least this old (>= 0; 0:
+    flush at every step end). Short steps then share parts instead of writing tiny ones."""
     queue_max_batches: int = 16
     """Batches waiting for the background writer; when full, ``emit`` blocks (>= 1)."""
     compact_on_close: bool = True
@@ -36,6 +39,11 @@ class TelemetryConfig:
             raise ValueError(f"telemetry.flush_rows must be an int >= 1, got {self.flush_rows!r}")
         if not self.flush_seconds > 0:
             raise ValueError(f"telemetry.flush_seconds must be > 0, got {self.flush_seconds!r}")
+        if not self.step_flush_min_seconds >= 0:
+            raise ValueError(
+                "telemetry.step_flush_min_seconds must be >= 0, "
+                f"got {self.step_flush_min_seconds!r}"
+            )
         if not (isinstance(self.queue_max_batches, int) and self.queue_max_batches >= 1):
             raise ValueError(
                 f"telemetry.queue_max_batches must be an int >= 1, got {self.queue_max_batches!r}"

@@ -94,6 +94,7 @@ class DuckDBTelemetry:
         self._info = info
         self._parts = PartWriter(run_dir, rank=rank)
         self._started_at = time.time()
+        self._last_step_flush = float("-inf")
         self._error: BaseException | None = None
         self._closed = False
         self._data: queue.SimpleQueue = queue.SimpleQueue()
@@ -135,8 +136,17 @@ class DuckDBTelemetry:
         self._data.put((_ROWS, table, batch))
 
     def step_end(self, step: int) -> None:
-        """End of optimizer step ``step``: write every pending row (asynchronously)."""
+        """End of optimizer step ``step``: write every pending row (asynchronously).
+
+        Steps shorter than ``config.step_flush_min_seconds`` are not flushed one by one (each
+        flush is an fsync'd part per table); their rows go out with a later step end or the
+        ``flush_seconds`` timer, so a live reader still lags by at most that interval.
+        """
         self._check_open()
+        now = time.monotonic()
+        if now - self._last_step_flush < self.config.step_flush_min_seconds:
+            return
+        self._last_step_flush = now
         self._data.put((_FLUSH, None, None))
 
     def flush(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
