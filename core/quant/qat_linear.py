@@ -53,48 +53,41 @@ def _check_layer(layer: torch.nn.Module, spec: QuantSpec, *, k_sharded: bool) ->
     spec.check_weight_shape(layer.weight.shape)
 
 
-class QATColumnParallelLinear(ColumnParallelLinear):
+class _QATLinear:
+    """Mixin over a megatron parallel linear: its forward uses ``fake_quant(weight, quant_spec)``."""
+
+    _K_SHARDED: bool
+    """Whether tensor parallelism shards the input dimension K (row-parallel layers)."""
+
+    def __init__(
+        self, input_size: int, output_size: int, *, quant_spec: QuantSpec | str, **kwargs: Any
+    ):
+        spec = _resolve(quant_spec)
+        _check_config(type(self), kwargs["config"])
+        super().__init__(input_size, output_size, **kwargs)
+        self.quant_spec = spec
+        _check_layer(self, spec, k_sharded=self._K_SHARDED)
+
+    def _forward_impl(self, input, weight, *args, **kwargs):
+        """``input`` [S, B, K_local], ``weight`` [N_local, K_local] -> megatron's matmul on the
+        fake-quantized weight (gradients reach ``weight`` straight through)."""
+        return super()._forward_impl(input, fake_quant(weight, self.quant_spec), *args, **kwargs)
+
+    def quantized_weight(self) -> QuantizedTensor:
+        """Codes/scales of the local weight shard as the forward uses them (``qat_fake`` rows)."""
+        return quantize(self.weight, self.quant_spec)
+
+
+class QATColumnParallelLinear(_QATLinear, ColumnParallelLinear):
     """``ColumnParallelLinear`` whose forward uses ``fake_quant(weight, quant_spec)``."""
 
-    def __init__(
-        self, input_size: int, output_size: int, *, quant_spec: QuantSpec | str, **kwargs: Any
-    ):
-        spec = _resolve(quant_spec)
-        _check_config(type(self), kwargs["config"])
-        super().__init__(input_size, output_size, **kwargs)
-        self.quant_spec = spec
-        _check_layer(self, spec, k_sharded=False)
-
-    def _forward_impl(self, input, weight, *args, **kwargs):
-        """``input`` [S, B, K_local], ``weight`` [N_local, K_local] -> megatron's matmul on the
-        fake-quantized weight (gradients reach ``weight`` straight through)."""
-        return super()._forward_impl(input, fake_quant(weight, self.quant_spec), *args, **kwargs)
-
-    def quantized_weight(self) -> QuantizedTensor:
-        """Codes/scales of the local weight shard as the forward uses them (``qat_fake`` rows)."""
-        return quantize(self.weight, self.quant_spec)
+    _K_SHARDED = False
 
 
-class QATRowParallelLinear(RowParallelLinear):
+class QATRowParallelLinear(_QATLinear, RowParallelLinear):
     """``RowParallelLinear`` whose forward uses ``fake_quant(weight, quant_spec)``."""
 
-    def __init__(
-        self, input_size: int, output_size: int, *, quant_spec: QuantSpec | str, **kwargs: Any
-    ):
-        spec = _resolve(quant_spec)
-        _check_config(type(self), kwargs["config"])
-        super().__init__(input_size, output_size, **kwargs)
-        self.quant_spec = spec
-        _check_layer(self, spec, k_sharded=True)
-
-    def _forward_impl(self, input, weight, *args, **kwargs):
-        """``input`` [S, B, K_local], ``weight`` [N_local, K_local] -> megatron's matmul on the
-        fake-quantized weight (gradients reach ``weight`` straight through)."""
-        return super()._forward_impl(input, fake_quant(weight, self.quant_spec), *args, **kwargs)
-
-    def quantized_weight(self) -> QuantizedTensor:
-        """Codes/scales of the local weight shard as the forward uses them (``qat_fake`` rows)."""
-        return quantize(self.weight, self.quant_spec)
+    _K_SHARDED = True
 
 
 _SWAPS = {ColumnParallelLinear: QATColumnParallelLinear, RowParallelLinear: QATRowParallelLinear}
