@@ -56,7 +56,7 @@ class Thresholds:
             raise ValueError(
                 f"thresholds.peak_breakdown_tol_bytes={self.peak_breakdown_tol_bytes} must be >= 0"
             )
-        from observability.schema import SYNC_PHASES
+        from observability.enums import SYNC_PHASES
 
         bad = [p for p in self.sync_required_phases if p not in SYNC_PHASES]
         if bad or "ack" not in self.sync_required_phases:

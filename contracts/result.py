@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from observability.schema import CONTRACT_STATUSES
+from observability.enums import CONTRACT_STATUSES
 
 PASS, FAIL, WARN, ERROR, NOT_APPLICABLE = CONTRACT_STATUSES
 MAX_EXAMPLES = 5

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from observability import DuckDBTelemetry, TelemetryConfig
-from observability.schema import MEMORY_CATEGORIES, SYNC_PHASES
+from observability.enums import MEMORY_CATEGORIES, SYNC_PHASES
 
 VOCAB = 320
 BETA = 2.0

@@ -14,29 +14,10 @@ from types import MappingProxyType
 
 import pyarrow as pa
 
+from observability import enums as E
 from observability.spec import SCHEMA_VERSION, ColumnSpec, TableSpec
 
 __all__ = ["ENUMS", "SCHEMA_VERSION", "TABLES", "ColumnSpec", "TableSpec", "table_spec"]
-
-# Enumerations (stored as strings; the writer rejects anything else).
-RUN_STATUSES = ("running", "finished", "failed")
-ROLES = ("prompt", "action", "observation", "summary", "padding")
-MASK_REASONS = ("kept", "icepop", "dis_low", "dis_high", "not_action", "stale")
-SAMPLE_STATUSES = ("trained", "env_failure", "stale", "dropped_group", "truncated")
-ENGINES = ("train", "rollout")
-QPARAM_PRODUCERS = ("qat_fake", "offline_real", "rollout_load")
-SYNC_PHASES = ("gather", "reshard", "quantize", "send", "switch", "ack")
-MEMORY_CATEGORIES = (
-    "model_state",
-    "saved_activations",
-    "operator_workspace",
-    "communication_buffers",
-    "live_io",
-    "allocator",
-    "runtime_margin",
-)
-MEMORY_EVENTS = ("create", "transfer", "reuse", "free")
-CONTRACT_STATUSES = ("pass", "fail", "warn", "error", "not_applicable")
 
 I16, I32, I64 = pa.int16(), pa.int32(), pa.int64()
 F32, F64, STR, BOOL = pa.float32(), pa.float64(), pa.string(), pa.bool_()
@@ -74,8 +55,8 @@ RANK = _nonneg(
 SAMPLE_ID = _nonneg("sample_id", I64, "trajectory id, unique in the run", nullable=False)
 POS = _nonneg("pos", I32, "token position in the full sequence (prompt included)", nullable=False)
 POLICY_VERSION = _nonneg("policy_version", I64, "weights version", nullable=False, dictionary=True)
-ENGINE = _enum("engine", ENGINES, "which side computed the record")
-CATEGORY = _enum("category", MEMORY_CATEGORIES, "memory ledger category")
+ENGINE = _enum("engine", E.ENGINES, "which side computed the record")
+CATEGORY = _enum("category", E.MEMORY_CATEGORIES, "memory ledger category")
 OWNER = _c("owner", STR, "component that owns the memory", dictionary=True)
 
 _TABLES = (
@@ -94,7 +75,7 @@ _TABLES = (
             _c("algorithm", STR, "loss / estimator name"),
             _c("tokenizer_rev", STR, "tokenizer revision"),
             _c("chat_template_rev", STR, "chat template revision"),
-            _enum("status", RUN_STATUSES, "run status"),
+            _enum("status", E.RUN_STATUSES, "run status"),
             _c("ended_at", TS, "run end (UTC), null while running"),
             _c("vocab_size", I64, "tokenizer vocabulary size (token ids must be below it)", min=1),
             _c("run_dir", STR, "run directory as the writer saw it"),
@@ -174,7 +155,7 @@ _TABLES = (
             _c("advantage", F64, "sequence advantage"),
             _nonneg("n_prompt_tokens", I32, "prompt length"),
             _nonneg("n_response_tokens", I32, "response length (all non-prompt tokens)"),
-            _enum("status", SAMPLE_STATUSES, "what happened to the sample"),
+            _enum("status", E.SAMPLE_STATUSES, "what happened to the sample"),
             _c("failure_reason", STR, "why the environment or sample failed"),
             _c("tokenizer_rev", STR, "tokenizer revision used by the rollout", dictionary=True),
             _c("chat_template_rev", STR, "chat template revision", dictionary=True),
@@ -201,7 +182,7 @@ _TABLES = (
             SAMPLE_ID,
             POS,
             _nonneg("token_id", I32, "token id from the rollout", nullable=False, below_vocab=True),
-            _enum("role", ROLES, "token role"),
+            _enum("role", E.ROLES, "token role"),
             _c("loss_mask", BOOL, "token is in the loss", nullable=False),
             _logp("rollout_logp", "log-prob under the rollout engine"),
             _logp("train_logp", "log-prob recomputed by the trainer"),
@@ -209,7 +190,7 @@ _TABLES = (
             _logp("teacher_logp", "log-prob under the teacher"),
             _nonneg("ratio", F32, "importance ratio exp(train_logp - rollout_logp)"),
             _c("trust_mask", BOOL, "token kept by the trust / mismatch masks"),
-            _enum("mask_reason", MASK_REASONS, "why the token was masked", nullable=True),
+            _enum("mask_reason", E.MASK_REASONS, "why the token was masked", nullable=True),
             _c("advantage", F32, "token advantage"),
             _nonneg("entropy", F32, "token entropy under the trainer"),
             _c("prefix_hash", I64, "hash of the token prefix up to pos (TITO checks)"),
@@ -281,7 +262,7 @@ _TABLES = (
             RUN_ID,
             POLICY_VERSION,
             _c("tensor", STR, "parameter name", nullable=False),
-            _enum("producer", QPARAM_PRODUCERS, "who quantized"),
+            _enum("producer", E.QPARAM_PRODUCERS, "who quantized"),
             _c("bits", I32, "code width", min=1, max=64, dictionary=True),
             _c("qmin", F64, "smallest code value"),
             _c("qmax", F64, "largest code value"),
@@ -307,7 +288,7 @@ _TABLES = (
             RUN_ID,
             _nonneg("sync_id", I64, "sync number", nullable=False),
             POLICY_VERSION,
-            _enum("phase", SYNC_PHASES, "sync phase"),
+            _enum("phase", E.SYNC_PHASES, "sync phase"),
             _c("ts", TS, "phase end (UTC)", nullable=False),
             _nonneg("bytes", I64, "bytes moved"),
             _c("checksum", STR, "checksum of the payload"),
@@ -328,7 +309,7 @@ _TABLES = (
             _c("device", STR, "device, e.g. 'cuda:0'", dictionary=True),
             _c("object", STR, "what the bytes hold"),
             CATEGORY,
-            _enum("event", MEMORY_EVENTS, "ledger event"),
+            _enum("event", E.MEMORY_EVENTS, "ledger event"),
             _nonneg("bytes", I64, "bytes", nullable=False),
             _c("logical_shape", pa.list_(I64), "logical tensor shape", min=0),
             _c("dtype", STR, "element dtype", dictionary=True),
@@ -383,7 +364,7 @@ _TABLES = (
             _c("checked_at", TS, "check time (UTC)", nullable=False),
             _c("contract", STR, "contract name", nullable=False, dictionary=True),
             _c("check", STR, "check name", nullable=False, dictionary=True),
-            _enum("status", CONTRACT_STATUSES, "outcome"),
+            _enum("status", E.CONTRACT_STATUSES, "outcome"),
             _c("observed", F64, "observed value"),
             _c("threshold", F64, "threshold it was compared with"),
             _nonneg("n_rows", I64, "rows checked"),

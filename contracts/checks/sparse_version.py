@@ -12,7 +12,7 @@ from __future__ import annotations
 from contracts.context import CheckContext, CheckError, not_applicable
 from contracts.registry import check
 from contracts.result import CheckResult
-from observability.schema import SYNC_PHASES
+from observability.enums import SYNC_PHASES
 
 C = "sparse_version"
 

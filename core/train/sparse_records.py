@@ -15,7 +15,7 @@ import torch
 
 from core.model.dsa_select import index_hash
 from core.train.sparse_capture import SparseStep
-from observability.schema import ENGINES
+from observability.enums import ENGINES
 
 ENGINE_CODES = torch.tensor([ENGINES.index("train"), ENGINES.index("rollout")])
 """``engine`` enum codes of the (train, rollout) pair members."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dashboards import charts, queries, ui
-from observability.schema import MASK_REASONS
+from observability.enums import MASK_REASONS
 
 # Rollup column of each mask reason (``stale`` counts samples, the others loss tokens). Comments,
 # not attribute docstrings: Streamlit's "magic" would render a bare string on the page.

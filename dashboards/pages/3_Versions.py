@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dashboards import charts, queries, ui
-from observability.schema import SYNC_PHASES
+from observability.enums import SYNC_PHASES
 
 
 def body(runs) -> None:

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, queries, ui
-from observability.schema import MEMORY_CATEGORIES
+from observability.enums import MEMORY_CATEGORIES
 
 GIB = float(1 << 30)
 

@@ -1,0 +1,24 @@
+"""Enumerations of the telemetry schema: the allowed values of its enum columns.
+
+Stored as strings; the writer rejects anything else. Part of the one schema source
+(``observability.schema`` builds its columns from these).
+"""
+
+RUN_STATUSES = ("running", "finished", "failed")
+ROLES = ("prompt", "action", "observation", "summary", "padding")
+MASK_REASONS = ("kept", "icepop", "dis_low", "dis_high", "not_action", "stale")
+SAMPLE_STATUSES = ("trained", "env_failure", "stale", "dropped_group", "truncated")
+ENGINES = ("train", "rollout")
+QPARAM_PRODUCERS = ("qat_fake", "offline_real", "rollout_load")
+SYNC_PHASES = ("gather", "reshard", "quantize", "send", "switch", "ack")
+MEMORY_CATEGORIES = (
+    "model_state",
+    "saved_activations",
+    "operator_workspace",
+    "communication_buffers",
+    "live_io",
+    "allocator",
+    "runtime_margin",
+)
+MEMORY_EVENTS = ("create", "transfer", "reuse", "free")
+CONTRACT_STATUSES = ("pass", "fail", "warn", "error", "not_applicable")
