@@ -2,9 +2,13 @@
 
 The corpus is a seeded sample of questions and answers over a broad task config (1-4 digits,
 both ops, negative results), so the vocabulary does not change when the task difficulty is tuned.
-All 256 bytes are in the base alphabet; the remaining slots become digit merges (the GPT-2
-pre-tokenizer split keeps digit runs together), so a number has one canonical tokenization and
-others that decode to the same text — the TITO hazard. Same seed and size give the same bytes.
+All 256 bytes are in the base alphabet; the remaining slots become digit merges, learned with the
+GPT-2 pre-tokenizer split that keeps digit runs together. The shipped tokenizer then *encodes*
+with digits split one per token (as LLaMA and DeepSeek tokenizers do: a model cannot learn
+column arithmetic when "45" is one token and "37" two), so the canonical form of a number is one
+token per digit, while the merged tokens ("46") stay in the vocabulary: the policy can sample
+them, they decode to the same text, and re-encoding that text splits them — the TITO hazard.
+Same seed and size give the same bytes.
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     hf.train_from_iterator(_corpus_texts(seed), trainer=trainer, length=2 * CORPUS_PAIRS)
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(hf.to_str(pretty=True) + "\n", encoding="utf-8")

@@ -1,8 +1,15 @@
 """``closedloop pretrain``: seeded SFT of the tiny base model on the task corpus.
 
-Trains the megatron actor with next-token cross-entropy on response tokens (EOS included) and
-stops after a fixed number of steps: the base model must stay imperfect (greedy held-out
-accuracy between 20% and 80%) so RL has room. Writes the checkpoint that ships in the repo.
+Trains the megatron actor with next-token cross-entropy on response tokens (EOS included). The
+base model must stay imperfect (greedy held-out accuracy between 20% and 80%) so RL has room,
+and the imperfection must be one RL can fix: the demonstrations come from a flawed teacher
+that drops carries and borrows in ``TEACHER_ERROR_RATE`` of its answers
+(``core.tasks.arithmetic.flawed_answer``). The model learns both the correct and the flawed
+column algorithm; greedy decoding follows the majority (flawed) one on the ~41% of 2-digit
+problems that need a carry or borrow, while sampling still finds the correct one ~30% of the
+time there — the exploration signal a verifier reward turns into accuracy. (Stopping a clean
+SFT early instead leaves a model whose errors are unsystematic; RL does not improve it: see
+benchmarks/README.md, GRPO tiny.) Writes the checkpoint that ships in the repo.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt, encod
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate import greedy_accuracy
 
+TEACHER_ERROR_RATE = 0.7
+"""Fraction of SFT demonstrations written by the flawed (no carry / no borrow) teacher."""
+
 
 def pretrain(
     out_dir: str | Path,
@@ -33,6 +43,7 @@ def pretrain(
     batch_size: int = 64,
     lr: float = 2e-3,
     seed: int = 1234,
+    teacher_error_rate: float = TEACHER_ERROR_RATE,
     log=print,
 ) -> dict:
     """Run SFT and write the checkpoint; returns a summary with the greedy accuracy.
@@ -52,20 +63,25 @@ def pretrain(
             batch_size=batch_size,
             lr=lr,
             seed=seed,
+            teacher_error_rate=teacher_error_rate,
             log=log,
         )
     finally:
         torch.set_num_threads(threads)
 
 
-def _pretrain(out_dir, *, model_cfg, task_cfg, tok, steps, batch_size, lr, seed, log) -> dict:
+def _pretrain(
+    out_dir, *, model_cfg, task_cfg, tok, steps, batch_size, lr, seed, teacher_error_rate, log
+) -> dict:
     torch.manual_seed(seed)
     actor = Actor(model_cfg, seed=seed)
     opt = torch.optim.AdamW(actor.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.1
     )
-    pairs = list(sft_corpus(steps * batch_size, seed, task_cfg))
+    pairs = list(
+        sft_corpus(steps * batch_size, seed, task_cfg, teacher_error_rate=teacher_error_rate)
+    )
     t0 = time.time()
     for step in range(steps):
         chunk = pairs[step * batch_size : (step + 1) * batch_size]
@@ -101,6 +117,7 @@ def _pretrain(out_dir, *, model_cfg, task_cfg, tok, steps, batch_size, lr, seed,
         "steps": steps,
         "batch_size": batch_size,
         "lr": lr,
+        "teacher_error_rate": teacher_error_rate,
         "task": {
             "min_digits": task_cfg.min_digits,
             "max_digits": task_cfg.max_digits,

@@ -149,8 +149,10 @@ def test_nondeterministic_rollout_topk_disagrees():
 def test_dense_attention_recovered_when_k_covers_the_sequence():
     """k=64 >= max_seq_len: every allowed key is selected, both engines equal the dense ones.
 
-    Tolerance 1e-5 in log-prob: the sparse kernel gathers keys and reduces in another order than
-    the dense kernels (fp32 rounding only; the fp32 actor-vs-engine probe bound is the same)."""
+    Tolerance 1e-5 in sampled-token log-prob: the sparse kernel gathers keys and reduces in
+    another order than the dense kernels (fp32 rounding only; the fp32 actor-vs-engine probe
+    bound is the same). Over the whole vocabulary, log-probs reach -20, so the bound there is
+    relative: 16 fp32 ulps of the largest magnitude (measured: 8)."""
     dense, sparse = session(), session("model.dsa_topk=64")
     prompts = [encode_prompt(q, tok=dense.tok) for q in ("12+34=", "7-5=", "99+1=")]
     params = SamplingParams(max_new_tokens=6)
@@ -164,7 +166,8 @@ def test_dense_attention_recovered_when_k_covers_the_sequence():
     with torch.no_grad():
         lp = [x.actor.logits(tb.input_ids, tb.valid).log_softmax(-1) for x in (dense, sparse)]
     real = tb.valid
-    assert torch.allclose(lp[0][real], lp[1][real], atol=1e-5, rtol=0)
+    ulp = torch.finfo(torch.float32).eps * lp[0][real].abs().max()
+    assert float((lp[0][real] - lp[1][real]).abs().max()) <= 16 * ulp
     sel = sparse.actor.core_attentions()[0].last_selection
     n_allowed = real.long().cumsum(1) + (~real).long()  # real keys up to the query (+ itself)
     assert torch.equal(sel.valid.sum(-1), n_allowed)

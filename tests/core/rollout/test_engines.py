@@ -61,17 +61,29 @@ def test_tito_trainer_uses_rollout_ids(session):
     assert torch.equal(tb.targets, tb.rollout_targets)
 
 
-def test_retokenize_fault_changes_ids_and_is_flagged(session):
-    """decode→encode of digit-by-digit generations merges BPE tokens: the detector flags it."""
+def test_retokenize_fault_changes_ids_and_is_flagged():
+    """decode→encode of sampled tokens changes IDs, and the detector flags it.
+
+    Two hazards: a merged digit token ("46") re-encodes as "4", "6"; a lone byte that is not
+    valid UTF-8 decodes to U+FFFD, which re-encodes as three other bytes. The base model never
+    saw either in SFT, so at T=1 it almost never samples one; at T=2 (as in the
+    ``retokenize-bug`` scenario) a few percent of responses contain one.
+    """
     from core.tokenizer.tito import tito_violations
     from core.train.grpo import rollout_step
 
+    hot = Session(load_config(None, ["rollout.temperature=2.0"]), NullTelemetry())
     flagged = 0
     for step in range(4):
-        _, rb, *_ = rollout_step(session, 100 + step)
-        tb = build_train_batch(rb, tok=session.tok, retokenize=True)
+        _, rb, *_ = rollout_step(hot, 100 + step)
+        tb = build_train_batch(rb, tok=hot.tok, retokenize=True)
         v = tito_violations(tb.rollout_targets, tb.targets, tb.action_mask)
         flagged += int((v > 0).sum())
+        for i in torch.nonzero(v > 0).flatten().tolist():
+            # each flagged response holds a token that does not survive decode→encode on its
+            # own: a merged digit token, or a lone non-UTF-8 byte (decoded to U+FFFD)
+            ids = rb.response_ids[i][rb.response_mask[i]].tolist()
+            assert any(hot.tok.encode(hot.tok.decode([t])) != [t] for t in ids)
     assert flagged > 0
 
 

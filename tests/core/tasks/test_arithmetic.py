@@ -10,6 +10,7 @@ from core.tasks.arithmetic import (
     Problem,
     Verdict,
     eval_set,
+    flawed_answer,
     is_held_out,
     make_prompts,
     problems_digest,
@@ -127,6 +128,46 @@ def test_sft_corpus_matches_prompts():
     cfg = ArithmeticConfig()
     pairs = list(sft_corpus(32, 5, cfg))
     assert pairs == [(p.question, p.answer) for p in make_prompts(32, seed=5, cfg=cfg)]
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "flawed"),
+    [
+        # Hand-worked column arithmetic without carries / borrows.
+        ("37+45=", "82", "72"),  # ones 7+5=12 -> 2, no carry; tens 3+4 = 7
+        ("99+99=", "198", "188"),  # ones 18 -> 8; the leftmost column is written whole: 18
+        ("70+61=", "131", "131"),  # no carry needed: the teacher is right
+        ("53-15=", "38", "42"),  # smaller-from-larger: |3-5| = 2, 5-1 = 4
+        ("21-18=", "3", "17"),  # |1-8| = 7, 2-1 = 1
+        ("45-45=", "0", "0"),
+        ("15-53=", "-38", "-42"),  # negative results keep their sign
+        ("7+8=", "15", "15"),  # one column: written whole
+    ],
+)
+def test_flawed_answer_golden(question, answer, flawed):
+    op = "+" if "+" in question else "-"
+    problem = Problem(prompt_id="t", question=question, answer=answer, level=2, op=op)
+    assert flawed_answer(problem) == flawed
+
+
+def test_sft_corpus_teacher_error_rate():
+    cfg = ArithmeticConfig(min_digits=2, max_digits=2)
+    problems = make_prompts(4000, seed=3, cfg=cfg)
+    pairs = list(sft_corpus(4000, 3, cfg, teacher_error_rate=0.7))
+    assert [q for q, _ in pairs] == [p.question for p in problems]  # same questions
+    affected = [
+        (a, p) for (_, a), p in zip(pairs, problems, strict=True) if flawed_answer(p) != p.answer
+    ]
+    # About 41% of 2-digit problems need a carry or borrow; 70% of those get the flawed answer.
+    assert 0.37 < len(affected) / len(problems) < 0.45
+    flawed = sum(a == flawed_answer(p) for a, p in affected) / len(affected)
+    assert 0.66 < flawed < 0.74
+    # Every demonstration is either the correct or the flawed answer; seeded and reproducible.
+    assert all(a in (p.answer, flawed_answer(p)) for (_, a), p in zip(pairs, problems, strict=True))
+    assert pairs == list(sft_corpus(4000, 3, cfg, teacher_error_rate=0.7))
+    assert list(sft_corpus(50, 3, cfg, teacher_error_rate=0.0)) == list(sft_corpus(50, 3, cfg))
+    with pytest.raises(ValueError, match=r"teacher_error_rate must be in \[0, 1\]"):
+        list(sft_corpus(1, 3, cfg, teacher_error_rate=1.5))
 
 
 @pytest.mark.parametrize(

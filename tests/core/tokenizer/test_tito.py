@@ -33,29 +33,30 @@ def _right_pad(rows, pad_id, width):
     return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.int64)
 
 
-def test_retokenizing_digit_by_digit_generation_changes_ids_and_is_flagged(tok):
-    # The policy answers "12+34=" with "46" sampled one digit at a time: "4", "6", EOS. The
-    # vocabulary also has the merged token "46", which BPE always prefers when encoding text.
+def test_retokenizing_a_sampled_merged_token_changes_ids_and_is_flagged(tok):
+    # The policy answers "12+34=" with "46" sampled as the merged vocabulary token "46", then EOS.
+    # Encoding splits digits one per token, so the same text re-encodes as "4", "6".
     prompt = encode_prompt("12+34=", tok=tok)
     four, six, merged = tok.token_to_id("4"), tok.token_to_id("6"), tok.token_to_id("46")
     assert merged is not None
-    rollout = prompt + [four, six, tok.eos_id]
-    canonical = prompt + [merged, tok.eos_id]
+    assert tok.encode("46") == [four, six]  # canonical: one token per digit
+    rollout = prompt + [merged, tok.eos_id]
+    canonical = prompt + [four, six, tok.eos_id]
 
     buggy_trainer = retokenize(rollout, tok)
     assert tok.decode(buggy_trainer) == tok.decode(rollout)  # same text ...
-    assert buggy_trainer == canonical  # ... different actions (one token shorter)
+    assert buggy_trainer == canonical  # ... different actions (one token longer)
     assert retokenize(canonical, tok) == canonical  # canonical IDs survive the round trip
 
-    width = len(rollout)
+    width = len(canonical)
     rollout_ids = _right_pad([rollout, canonical], tok.pad_id, width)  # [2, T]
     trainer_ids = _right_pad([buggy_trainer, retokenize(canonical, tok)], tok.pad_id, width)
     mask = torch.zeros_like(rollout_ids, dtype=torch.bool)
     mask[0, len(prompt) : len(rollout)] = True
     mask[1, len(prompt) : len(canonical)] = True
-    # Row 0 response: rollout [4, 6, eos] vs trainer [46, eos, pad] -> all 3 positions differ.
-    # Row 1: identical IDs -> 0.
-    assert tito_violations(rollout_ids, trainer_ids, mask).tolist() == [3, 0]
+    # Row 0 response: rollout [46, eos] vs trainer [4, 6] in the rollout's 2 action slots ->
+    # both differ. Row 1: identical IDs -> 0.
+    assert tito_violations(rollout_ids, trainer_ids, mask).tolist() == [2, 0]
     # The exact IDs (the TITO path) give no violation.
     assert tito_violations(rollout_ids, rollout_ids.clone(), mask).tolist() == [0, 0]
 
