@@ -2,6 +2,10 @@
 
 Each rule builds a boolean violation mask with ``pyarrow.compute`` and reports only the first
 offending row, naming table, column, row, the row's ``sample_id`` (or ``step``) and the value.
+Masks are built only for rules a column may break: a null-free numeric column is first screened
+with numpy ``min``/``max`` on a zero-copy view (NaN propagates through both, so finite bounds
+prove every value finite) — a few microseconds, where the pyarrow kernels cost ~10 each and a
+training step emits ~100 columns.
 Simplification: the first failing rule wins; list columns are checked element-wise and the
 element is mapped back to its row with ``list_parent_indices``.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,23 +35,51 @@ def _violations(
 
     Bounds are screened with one ``min_max`` pass; masks are built only for failing rules.
     """
-    if spec.enum is not None:
+    if spec.enum is not None and not _enum_codes_valid(values, spec.enum):
         allowed = pc.is_in(values, value_set=pa.array(spec.enum, type=pa.string()))
         bad = pc.and_(pc.invert(allowed), pc.is_valid(values))
         yield f"not one of {list(spec.enum)}", bad
     numeric = pa.types.is_integer(spec.value_type) or pa.types.is_floating(spec.value_type)
     if not numeric or len(values) == values.null_count:
         return
-    if spec.finite and pa.types.is_floating(spec.value_type):
-        yield "not finite", pc.invert(pc.is_finite(values))
-    mm = pc.min_max(values)
-    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    floating = pa.types.is_floating(spec.value_type)
+    view = _numpy_view(values)
+    if view is not None:
+        lo, hi = view.min().item(), view.max().item()
+        if floating and not (np.isfinite(lo) and np.isfinite(hi)):  # a NaN or ±inf somewhere
+            if spec.finite:
+                yield "not finite", pc.invert(pc.is_finite(values))
+            view = None  # NaN-aware bounds below
+    if view is None:
+        if spec.finite and floating:
+            yield "not finite", pc.invert(pc.is_finite(values))
+        mm = pc.min_max(values)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
     if spec.min is not None and lo < spec.min:
         yield f"below the minimum {spec.min}", pc.less(values, spec.min)
     if spec.max is not None and hi > spec.max:
         yield f"above the maximum {spec.max}", pc.greater(values, spec.max)
     if spec.below_vocab and vocab_size is not None and hi >= vocab_size:
         yield f"outside the vocabulary [0, {vocab_size})", pc.greater_equal(values, vocab_size)
+
+
+def _numpy_view(values: pa.Array) -> np.ndarray | None:
+    """Zero-copy numpy view of a null-free primitive numeric array, else None."""
+    if values.null_count or not isinstance(values, pa.Array):
+        return None
+    if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        return None
+    return values.to_numpy(zero_copy_only=True)
+
+
+def _enum_codes_valid(values: pa.Array, enum: tuple[str, ...]) -> bool:
+    """True if ``values`` is dictionary-encoded over exactly ``enum`` with in-range codes."""
+    if not isinstance(values, pa.DictionaryArray) or values.dictionary.to_pylist() != list(enum):
+        return False
+    codes = _numpy_view(values.indices)
+    if codes is None or len(codes) == 0:
+        return codes is not None
+    return 0 <= codes.min() and codes.max() < len(enum)
 
 
 def check_column(

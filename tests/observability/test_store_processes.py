@@ -40,7 +40,19 @@ def quiet_open(run):
 
 def test_reader_process_sees_growing_counts_and_no_errors(tmp_path):
     run, steps, rows = tmp_path / "run", 40, 2000
-    writer = spawn("proc_writer", run, "--steps", steps, "--rows", rows, "--flush-seconds", 0.02)
+    # paced at 30 ms a step, so the reader sees the run grow even on a loaded machine
+    writer = spawn(
+        "proc_writer",
+        run,
+        "--steps",
+        steps,
+        "--rows",
+        rows,
+        "--flush-seconds",
+        0.02,
+        "--sleep",
+        0.03,
+    )
     reader = spawn("proc_reader", run, "--expect", steps * rows)
     out, err = reader.communicate(timeout=60)
     assert writer.wait(timeout=60) == 0, writer.stderr.read()
