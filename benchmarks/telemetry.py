@@ -104,8 +104,11 @@ def section_ingest(args: argparse.Namespace) -> None:
 def section_step_time(args: argparse.Namespace) -> None:
     """Training step time with ``--telemetry duckdb`` vs ``none`` on the default tiny config.
 
-    The two sinks alternate run by run (none, duckdb, none, duckdb, ...) so machine load hits both
-    alike; the first 3 steps of each run are warm-up and excluded.
+    Paired design, because run-to-run load drift on a shared machine is larger than the effect:
+    each repeat trains one run per sink back to back (order alternating: none first, then duckdb
+    first), the first 3 steps of each run are warm-up and excluded, and the pair's ratio is
+    median(duckdb) / median(none). Prints the median pair ratio and the pairs' spread, and the
+    pooled medians.
     """
     import tempfile
     import warnings
@@ -115,16 +118,26 @@ def section_step_time(args: argparse.Namespace) -> None:
 
     cfg = resolve_config(None, ["train.eval_every=0", "train.eval_size=16"], steps=args.train_steps)
     times: dict[str, list[float]] = {"none": [], "duckdb": []}
-    for _ in range(args.repeats):
-        for sink in ("none", "duckdb"):
+    ratios = []
+    for rep in range(args.repeats):
+        pair: dict[str, float] = {}
+        for sink in ("none", "duckdb") if rep % 2 == 0 else ("duckdb", "none"):
             with tempfile.TemporaryDirectory() as root:
                 _, summary = run_training(cfg, runs_root=root, telemetry=sink, progress=False)
-            times[sink] += [m["wall_step_s"] for m in summary["steps"][3:]]
+            walls = [m["wall_step_s"] for m in summary["steps"][3:]]
+            times[sink] += walls
+            pair[sink] = float(np.median(walls))
+        ratios.append(pair["duckdb"] / pair["none"])
     med = {k: float(np.median(v)) for k, v in times.items()}
+    q1, q3 = np.percentile(ratios, [25, 75])
     print(
-        f"step time (median over {len(times['none'])} steps): none {med['none'] * 1e3:.1f} ms, "
-        f"duckdb {med['duckdb'] * 1e3:.1f} ms -> ratio {med['duckdb'] / med['none']:.3f}x "
-        "(goal <= 1.02x)"
+        f"step time, {args.repeats} pairs x {args.train_steps - 3} steps: median pair ratio "
+        f"duckdb/none {float(np.median(ratios)):.3f}x (IQR {q1:.3f}-{q3:.3f}, "
+        f"min {min(ratios):.3f}, max {max(ratios):.3f}; goal <= 1.02x)"
+    )
+    print(
+        f"pooled medians: none {med['none'] * 1e3:.1f} ms, duckdb {med['duckdb'] * 1e3:.1f} ms "
+        f"-> {med['duckdb'] / med['none']:.3f}x"
     )
 
 
@@ -138,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=262_144, help="token rows per batch (one step)")
     p.add_argument("--batches", type=int, default=8, help="batches (steps)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--train-steps", type=int, default=20, help="steps per run (step_time section)")
     p.add_argument("--section", choices=sorted(SECTIONS), action="append")
     args = p.parse_args(argv)
