@@ -6,8 +6,7 @@ taken from ``observability.schema.TABLES`` and literals of this module. Per-toke
 queried over a window of recent steps (``step BETWEEN lo AND hi``, pruned by Parquet statistics)
 and, on big runs, over every s-th sample of it (``max_samples``), so panels stay fast on runs with
 tens of millions of tokens; whole-run curves come from the ``steps`` rollup (one row per step and
-rank). Every result is fully fetched (DuckDB 2.0 rule).
-"""
+rank). Every result is fully fetched (DuckDB 2.0 rule)."""
 
 from __future__ import annotations
 
@@ -19,10 +18,8 @@ from observability.schema import TABLES
 
 Con = duckdb.DuckDBPyConnection
 
-_STEP_MAX = tuple(
-    "policy_version wall_time mismatch_abs_p99 staleness_max step_time_s rollout_time_s "
-    "train_time_s peak_memory_bytes".split()
-)
+_STEP_MAX = ("policy_version", "wall_time", "mismatch_abs_p99", "staleness_max", "step_time_s")
+_STEP_MAX += ("rollout_time_s", "train_time_s", "peak_memory_bytes")
 _STEP_SUM = ("n_tokens", "n_loss_tokens", "n_trusted_tokens")
 _STEP_KEYS = ("run_id", "step", "rank")
 
