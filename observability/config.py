@@ -22,7 +22,7 @@ class TelemetryConfig:
     """A table's pending rows are written as a part once they reach this many (>= 1)."""
     flush_seconds: float = 2.0
     """Pending rows are written at the latest this long after they were emitted (> 0)."""
-    step_flush_min_seconds: float = 1.0
+    step_flush_min_seconds: float = 2.0
     """``step_end`` flushes only if the previous step-end flush is at least this old (>= 0; 0:
     flush at every step end). Short steps then share parts instead of writing tiny ones."""
     queue_max_batches: int = 16
