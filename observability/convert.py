@@ -116,34 +116,6 @@ def _cast_error_row(src: pa.Array, spec: ColumnSpec) -> int | None:
     return None if i < 0 else i
 
 
-def _scalar_fast(value: Any, spec: ColumnSpec) -> pa.Array | None:
-    """A one-row array for a plain int/float/bool/str scalar of a matching primitive column.
-
-    The common case of per-step columns: one ``pa.array`` call instead of convert-then-cast.
-    Anything else (None, enums, JSON, lists, timestamps, a lossy int cast) returns None and
-    takes the general path, which also produces its error messages.
-    """
-    if spec.is_list or spec.enum is not None or spec.json or value is None:
-        return None
-    t = spec.type
-    if isinstance(value, bool):
-        ok = pa.types.is_boolean(t)
-    elif isinstance(value, int):
-        ok = pa.types.is_int64(t) or pa.types.is_floating(t)
-    elif isinstance(value, float):
-        ok = pa.types.is_floating(t)
-    elif isinstance(value, str):
-        ok = pa.types.is_string(t)
-    else:
-        ok = False
-    if not ok:
-        return None
-    try:
-        return pa.array([value], type=t)
-    except (pa.ArrowInvalid, OverflowError, TypeError):  # e.g. an int beyond int64
-        return None
-
-
 def _list_fast(values: list, spec: ColumnSpec) -> pa.Array | None:
     """A Python list converted straight to the column type in one ``pa.array`` call, or None.
 
@@ -152,9 +124,7 @@ def _list_fast(values: list, spec: ColumnSpec) -> pa.Array | None:
     """
     try:
         return pa.array(values, type=spec.type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-        return None
-    except (TypeError, ValueError):
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
         return None
 
 
@@ -171,9 +141,7 @@ def to_arrow(values: Any, spec: ColumnSpec, n: int, where: str) -> pa.Array:
             values = _torch_to_numpy(values, where).item()
         elif isinstance(values, np.ndarray | np.generic):
             values = values.item()
-        one = _scalar_fast(values, spec)
-        if one is None:
-            one = to_arrow([values], spec, 1, where)
+        one = to_arrow([values], spec, 1, where)  # a one-element list: the list fast path
         return one if n == 1 else one.take(np.zeros(n, dtype=np.int32))
     try:
         if spec.is_list:
