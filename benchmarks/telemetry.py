@@ -141,9 +141,82 @@ def section_step_time(args: argparse.Namespace) -> None:
     )
 
 
+class _AlternatingSink:
+    """Forwards to the real sink on even steps only; odd steps see ``--telemetry none``.
+
+    Both halves share one process, one model and one load history, so machine drift cancels in
+    the per-step comparison. The background writer runs whenever it has data, so its CPU lands
+    on both halves: this estimates the cost on the training thread (``emit``) plus an even share
+    of the writer's; the paired-run section above measures the whole sink.
+    """
+
+    def __init__(self, sink) -> None:
+        self.sink, self.run_id, self.run_dir = sink, sink.run_id, sink.run_dir
+        self.on = True
+
+    def emit(self, table, columns) -> None:
+        if self.on:
+            self.sink.emit(table, columns)
+
+    def step_end(self, step: int) -> None:
+        self.sink.step_end(step)
+        self.on = (step + 1) % 2 == 0
+
+    def close(self, status: str = "finished") -> None:
+        self.sink.close(status)
+
+
+def section_step_time_ab(args: argparse.Namespace) -> None:
+    """Step time with the sink on (even steps) vs off (odd steps) inside the same runs.
+
+    Per run: median wall time of the on-steps / median of the off-steps (first 4 steps excluded);
+    prints the median over runs and the pooled ratio. Eval is off, so every step is a GRPO step.
+    """
+    import contextlib
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import core.train.driver as driver
+
+    real_open = driver.open_telemetry
+
+    def alternating(*a, **kw):
+        return _AlternatingSink(real_open(*a, **kw))
+
+    cfg = driver.resolve_config(
+        None, ["train.eval_every=0", "train.eval_size=16"], steps=args.train_steps
+    )
+    on_all, off_all, ratios = [], [], []
+    with contextlib.ExitStack() as stack:
+        driver.open_telemetry = alternating  # benchmark-only wrapper around our own factory
+        stack.callback(setattr, driver, "open_telemetry", real_open)
+        for _ in range(args.repeats):
+            with tempfile.TemporaryDirectory() as root:
+                _, summary = driver.run_training(
+                    cfg, runs_root=root, telemetry="duckdb", progress=False
+                )
+            walls = [m["wall_step_s"] for m in summary["steps"]]
+            on = [w for i, w in enumerate(walls) if i >= 4 and i % 2 == 0]
+            off = [w for i, w in enumerate(walls) if i >= 4 and i % 2 == 1]
+            on_all += on
+            off_all += off
+            ratios.append(float(np.median(on) / np.median(off)))
+    q1, q3 = np.percentile(ratios, [25, 75])
+    print(
+        f"step time, sink on/off on alternating steps, {args.repeats} runs x "
+        f"{args.train_steps - 4} steps: median run ratio {float(np.median(ratios)):.3f}x "
+        f"(IQR {q1:.3f}-{q3:.3f}; goal <= 1.02x)"
+    )
+    print(
+        f"pooled medians: off {np.median(off_all) * 1e3:.1f} ms, on {np.median(on_all) * 1e3:.1f} "
+        f"ms -> {np.median(on_all) / np.median(off_all):.3f}x"
+    )
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
     "ingest": section_ingest,
     "step_time": section_step_time,
+    "step_time_ab": section_step_time_ab,
 }
 
 

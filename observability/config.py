@@ -25,8 +25,9 @@ class TelemetryConfig:
     step_flush_min_seconds: float = 2.0
     """``step_end`` flushes only if the previous step-end flush is at least this old (>= 0; 0:
     flush at every step end). Short steps then share parts instead of writing tiny ones."""
-    queue_max_batches: int = 16
-    """Batches waiting for the background writer; when full, ``emit`` blocks (>= 1)."""
+    queue_max_batches: int = 256
+    """Batches waiting in the hand-off buffer for the background writer (>= 1); when full,
+    ``emit`` wakes the writer and blocks until it has drained them (backpressure, no drops)."""
     compact_on_close: bool = True
     """Rank 0 folds the parts into ``RUN_DIR/telemetry.duckdb`` on a ``finished`` close."""
 

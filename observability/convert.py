@@ -12,6 +12,7 @@ Numeric data is always copied, so the caller may reuse its buffers after ``emit`
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from observability.schema import ColumnSpec
 _SCALARS = (int, float, bool, str, bytes, dict, np.generic)
 
 
-def _is_torch(x: Any) -> bool:
+def is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
@@ -40,7 +41,7 @@ def column_length(values: Any, spec: ColumnSpec) -> int | None:
     """Rows in ``values``, or None for a scalar that will be broadcast."""
     if values is None or isinstance(values, _SCALARS):
         return None
-    if _is_torch(values) or isinstance(values, np.ndarray):
+    if is_torch(values) or isinstance(values, np.ndarray):
         if values.ndim == 0:
             return None
         return int(values.shape[0])
@@ -48,7 +49,7 @@ def column_length(values: Any, spec: ColumnSpec) -> int | None:
 
 
 def _numpy(values: Any, where: str) -> np.ndarray | None:
-    if _is_torch(values):
+    if is_torch(values):
         return _torch_to_numpy(values, where)
     if isinstance(values, np.ndarray):
         return values
@@ -73,7 +74,8 @@ def _timestamps(values: Any, spec: ColumnSpec, where: str) -> pa.Array:
     return pa.array(list(values)).cast(spec.type)  # datetime objects
 
 
-def _json_strings(values: Any) -> list:
+def json_strings(values: Any) -> list:
+    """JSON column values as strings (dicts serialised with sorted keys; strings and None kept)."""
     return [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
 
 
@@ -99,8 +101,7 @@ def _enum_from_codes(codes: np.ndarray, spec: ColumnSpec, where: str) -> pa.Arra
             f"{where}: enum code {codes[row]} at row {row} is not in [0, {len(spec.enum)}) "
             f"(codes index {list(spec.enum)})"
         )
-    indices = pa.array(codes.astype(np.int32))
-    return pa.DictionaryArray.from_arrays(indices, pa.array(spec.enum)).cast(spec.type)
+    return spec.enum_array.take(pa.array(codes.astype(np.int32))).cast(spec.type)
 
 
 def _cast_error_row(src: pa.Array, spec: ColumnSpec) -> int | None:
@@ -109,7 +110,10 @@ def _cast_error_row(src: pa.Array, spec: ColumnSpec) -> int | None:
     if not (pa.types.is_integer(spec.type) and numeric):
         return None
     info = np.iinfo(spec.type.to_pandas_dtype())
-    bad = pc.or_(pc.less(src, info.min), pc.greater(src, info.max))
+    lo, hi = info.min, info.max
+    if pa.types.is_floating(src.type):  # int64's bounds are not exact doubles: compare as floats
+        lo, hi = float(lo), float(hi)
+    bad = pc.or_(pc.less(src, lo), pc.greater(src, hi))
     if pa.types.is_floating(src.type):
         bad = pc.or_(bad, pc.not_equal(src, pc.floor(src)))
     i = pc.index(pc.fill_null(bad, False), True).as_py()
@@ -120,8 +124,13 @@ def _list_fast(values: list, spec: ColumnSpec) -> pa.Array | None:
     """A Python list converted straight to the column type in one ``pa.array`` call, or None.
 
     Lossy or impossible conversions raise inside pyarrow; they return None and take the general
-    path (convert, then cast), which names the offending row.
+    path (convert, then cast), which names the offending row. Non-int values for an integer column
+    go there too: pyarrow would truncate a Python float silently.
     """
+    if pa.types.is_integer(spec.type) and not all(
+        type(v) is int or v is None for v in values
+    ):  # pyarrow truncates Python floats into integer types silently (1.5 -> 1)
+        return None
     try:
         return pa.array(values, type=spec.type)
     except (pa.ArrowException, OverflowError, TypeError, ValueError):
@@ -137,7 +146,7 @@ def to_arrow(values: Any, spec: ColumnSpec, n: int, where: str) -> pa.Array:
     if values is None:
         return pa.nulls(n, type=spec.type)
     if column_length(values, spec) is None:  # scalar: convert once, then broadcast
-        if _is_torch(values):
+        if is_torch(values):
             values = _torch_to_numpy(values, where).item()
         elif isinstance(values, np.ndarray | np.generic):
             values = values.item()
@@ -147,12 +156,19 @@ def to_arrow(values: Any, spec: ColumnSpec, n: int, where: str) -> pa.Array:
         if spec.is_list:
             return _list_array(values, spec, where)
         if pa.types.is_timestamp(spec.type):
+            if (
+                isinstance(values, list)
+                and values
+                and isinstance(values[0], datetime)
+                and (direct := _list_fast(values, spec)) is not None
+            ):
+                return direct  # datetime objects in one call (numbers are epoch seconds, below)
             return _timestamps(values, spec, where)
         if spec.enum is not None and (codes := _numpy(values, where)) is not None:
             if codes.dtype.kind in "iu":
                 return _enum_from_codes(codes, spec, where)
         if spec.json and not isinstance(values, (pa.Array, pa.ChunkedArray)):
-            values = _json_strings(values)
+            values = json_strings(values)
         elif isinstance(values, list) and (direct := _list_fast(values, spec)) is not None:
             return direct
         a = _numpy(values, where)
@@ -167,7 +183,7 @@ def to_arrow(values: Any, spec: ColumnSpec, n: int, where: str) -> pa.Array:
             src = values
         else:
             src = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
         raise ValueError(f"{where}: cannot convert to {spec.type}: {e}") from e
     try:
         return src.cast(spec.type)

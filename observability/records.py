@@ -17,6 +17,7 @@ import pyarrow as pa
 from observability.convert import column_length, to_arrow
 from observability.sampling import keep_tokens_for
 from observability.schema import TableSpec, table_spec
+from observability.smallbatch import screen_small
 from observability.validate import check_column
 
 
@@ -24,6 +25,12 @@ from observability.validate import check_column
 def _constant_string(value: str, n: int) -> pa.Array:
     """``n`` copies of ``value`` (cached: batches of one size recur every step; arrays are immutable)."""
     return pa.array([value], type=pa.string()).take(np.zeros(n, dtype=np.int32))
+
+
+@functools.lru_cache(maxsize=256)
+def _nulls(type_: pa.DataType, n: int) -> pa.Array:
+    """An all-null column (cached like ``_constant_string``)."""
+    return pa.nulls(n, type=type_)
 
 
 def _batch_length(spec: TableSpec, columns: Mapping[str, Any]) -> int:
@@ -68,10 +75,15 @@ def build_table(
     if missing:
         raise ValueError(f"telemetry table {table!r}: missing required columns {missing}")
     n = _batch_length(spec, columns)
-    arrays = {
-        name: to_arrow(values, spec.column(name), n, f"telemetry table {table!r} column {name!r}")
-        for name, values in given.items()
-    }
+    arrays = screen_small(spec, given, n, vocab_size)  # None unless small and clearly valid
+    screened = arrays is not None
+    if not screened:
+        arrays = {
+            name: to_arrow(
+                values, spec.column(name), n, f"telemetry table {table!r} column {name!r}"
+            )
+            for name, values in given.items()
+        }
     ids = arrays.get("sample_id")
     if ids is not None and ids.null_count == 0:
         keep = keep_tokens_for(ids.to_numpy(), token_sample_rate)
@@ -83,8 +95,8 @@ def build_table(
             arrays["tokens_sampled"] = pa.array(keep)
     row_col = "sample_id" if "sample_id" in arrays else "step" if "step" in arrays else None
     row_ids = (row_col, arrays[row_col]) if row_col else None
-    for name, arr in arrays.items():
+    for name, arr in arrays.items() if not screened else ():
         check_column(table, spec.column(name), arr, row_ids=row_ids, vocab_size=vocab_size)
     arrays["run_id"] = _constant_string(run_id, n)
-    out = [arrays.get(c.name, pa.nulls(n, type=c.type)) for c in spec.columns]
+    out = [arrays[c.name] if c.name in arrays else _nulls(c.type, n) for c in spec.columns]
     return pa.Table.from_arrays(out, schema=spec.arrow_schema)

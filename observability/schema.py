@@ -186,7 +186,10 @@ _TABLES = (
             _c("loss_mask", BOOL, "token is in the loss", nullable=False),
             _logp("rollout_logp", "log-prob under the rollout engine"),
             _logp("train_logp", "log-prob recomputed by the trainer"),
-            _logp("old_logp", "log-prob under the behaviour policy (trainer side)"),
+            _logp(
+                "old_logp",
+                "π_old of the ratio: trainer recompute, or rollout_logp (old_logp=rollout)",
+            ),
             _logp("teacher_logp", "log-prob under the teacher"),
             _nonneg("ratio", F32, "importance ratio exp(train_logp - rollout_logp)"),
             _c("trust_mask", BOOL, "token kept by the trust / mismatch masks"),

@@ -6,7 +6,9 @@ pandera fields. Bounds are inclusive; for list columns they apply to the element
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -39,18 +41,41 @@ class ColumnSpec:
     json: bool = False
     """A JSON document stored as a string (the writer serialises dicts)."""
 
-    @property
+    # Derived attributes are cached per instance (the writer asks for them ~100 times a step).
+    @cached_property
     def arrow_field(self) -> pa.Field:
         return pa.field(self.name, self.type, nullable=self.nullable)
 
-    @property
+    @cached_property
     def is_list(self) -> bool:
         return pa.types.is_list(self.type)
 
-    @property
+    @cached_property
     def value_type(self) -> pa.DataType:
         """The element type of a list column, else the column type."""
         return self.type.value_type if self.is_list else self.type
+
+    @cached_property
+    def element_spec(self) -> ColumnSpec:
+        """The rules of one element of a list column (nullable; itself for a scalar column)."""
+        if not self.is_list:
+            return self
+        return dataclasses.replace(self, type=self.value_type, nullable=True)
+
+    @cached_property
+    def is_numeric(self) -> bool:
+        """Integer or floating values (elements for list columns)."""
+        return pa.types.is_integer(self.value_type) or pa.types.is_floating(self.value_type)
+
+    @cached_property
+    def enum_array(self) -> pa.Array | None:
+        """The enum values as a string array (code i -> ``enum_array[i]``), or None."""
+        return None if self.enum is None else pa.array(self.enum, type=pa.string())
+
+    @cached_property
+    def enum_codes(self) -> dict[str, int] | None:
+        """Enum value -> its code (index into ``enum``), or None for free text."""
+        return None if self.enum is None else {v: i for i, v in enumerate(self.enum)}
 
 
 @dataclass(frozen=True)
@@ -65,12 +90,12 @@ class TableSpec:
     per_token: bool = False
     """Rows belong to single tokens of a sample: ``token_sample_rate`` applies (by ``sample_id``)."""
 
-    @property
+    @cached_property
     def arrow_schema(self) -> pa.Schema:
         meta = {"closedloop.table": self.name, "closedloop.schema_version": str(SCHEMA_VERSION)}
         return pa.schema([c.arrow_field for c in self.columns], metadata=meta)
 
-    @property
+    @cached_property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
@@ -78,11 +103,15 @@ class TableSpec:
     def dictionary_columns(self) -> list[str]:
         return [c.name for c in self.columns if c.dictionary]
 
+    @cached_property
+    def _by_name(self) -> dict[str, ColumnSpec]:
+        return {c.name: c for c in self.columns}
+
     def column(self, name: str) -> ColumnSpec:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(f"table {self.name!r} has no column {name!r}")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"table {self.name!r} has no column {name!r}") from None
 
     def empty_table(self) -> pa.Table:
         """A typed table with zero rows (what an unused table reads as)."""

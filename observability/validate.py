@@ -35,7 +35,7 @@ def _violations(
 
     Bounds are screened with one ``min_max`` pass; masks are built only for failing rules.
     """
-    if spec.enum is not None and not _enum_codes_valid(values, spec.enum):
+    if spec.enum is not None and not _enum_values_valid(values, spec):
         allowed = pc.is_in(values, value_set=pa.array(spec.enum, type=pa.string()))
         bad = pc.and_(pc.invert(allowed), pc.is_valid(values))
         yield f"not one of {list(spec.enum)}", bad
@@ -64,22 +64,30 @@ def _violations(
 
 
 def _numpy_view(values: pa.Array) -> np.ndarray | None:
-    """Zero-copy numpy view of a null-free primitive numeric array, else None."""
-    if values.null_count or not isinstance(values, pa.Array):
+    """Numpy view of the non-null values of a primitive numeric array (zero-copy when it has no
+    nulls, one ``drop_null`` copy otherwise), else None."""
+    if not isinstance(values, pa.Array):
         return None
     if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
         return None
+    if values.null_count:
+        values = values.drop_null()
+        if len(values) == 0:
+            return None
     return values.to_numpy(zero_copy_only=True)
 
 
-def _enum_codes_valid(values: pa.Array, enum: tuple[str, ...]) -> bool:
-    """True if ``values`` is dictionary-encoded over exactly ``enum`` with in-range codes."""
-    if not isinstance(values, pa.DictionaryArray) or values.dictionary.to_pylist() != list(enum):
-        return False
-    codes = _numpy_view(values.indices)
-    if codes is None or len(codes) == 0:
-        return codes is not None
-    return 0 <= codes.min() and codes.max() < len(enum)
+def _enum_values_valid(values: pa.Array, spec: ColumnSpec) -> bool:
+    """True if every non-null value is one of ``spec.enum``: the distinct values are compared in
+    Python (one kernel), instead of building a membership mask for every row."""
+    if isinstance(values, pa.DictionaryArray):
+        if values.dictionary.to_pylist() == list(spec.enum):
+            codes = _numpy_view(values.indices)
+            if codes is not None:
+                return len(codes) == 0 or (0 <= codes.min() and codes.max() < len(spec.enum))
+        values = values.dictionary.take(values.indices)
+    codes = spec.enum_codes
+    return all(v is None or v in codes for v in pc.unique(values).to_pylist())
 
 
 def check_column(

@@ -1,17 +1,23 @@
 """``DuckDBTelemetry``: the ``--telemetry duckdb`` sink — validated batches, background Parquet writes.
 
 The training thread converts and validates each batch (``records``; errors raise at the call
-site) and hands it to one background thread, which buffers per table and writes atomic parts
-(``parts``) when a table reaches ``flush_rows``, when the oldest pending batch is
-``flush_seconds`` old, at ``step_end``/``flush`` and at ``close``. Backpressure: at most
-``queue_max_batches`` batches wait; then ``emit`` blocks (nothing is dropped). The hand-off uses
-``queue.SimpleQueue`` only (reentrant C code), so ``close`` is safe inside a signal handler.
+site) and appends it to a hand-off buffer; one background thread moves buffered batches into
+per-table pending lists and writes atomic parts (``parts``) when a table reaches ``flush_rows``,
+when the oldest pending batch is ``flush_seconds`` old, at ``step_end``/``flush`` and at
+``close``. The writer is *not* woken per batch: it wakes on a control message (row threshold,
+time threshold seen by ``emit``, step-end flush, full buffer, ``flush``, ``close``) or on its own
+timer (a quarter of ``flush_seconds``, for when training stalls), so the training thread does
+not hand the GIL to it ~10 times a step. Backpressure: at most ``queue_max_batches`` batches
+wait in the buffer; then ``emit`` wakes the writer and blocks until it has drained (nothing is
+dropped). The hand-off uses ``collections.deque`` appends and ``queue.SimpleQueue`` only
+(reentrant C code), so ``close`` is safe inside a signal handler.
 Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close).
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import json
 import os
@@ -45,7 +51,7 @@ RUN_INFO_KEYS = (
 )
 """Keys ``run_info`` may hold (the ``runs`` columns the caller knows; the rest are the sink's)."""
 
-_STOP, _FLUSH, _ROWS = "stop", "flush", "rows"
+_STOP, _FLUSH, _ROWS, _TICK = "stop", "flush", "rows", "tick"
 _CLOSE_TIMEOUT_S = 120.0
 
 
@@ -97,7 +103,12 @@ class DuckDBTelemetry:
         self._last_step_flush = float("-inf")
         self._error: BaseException | None = None
         self._closed = False
-        self._data: queue.SimpleQueue = queue.SimpleQueue()
+        self._data: queue.SimpleQueue = queue.SimpleQueue()  # control messages to the writer
+        self._buffer: collections.deque = collections.deque()  # (monotonic time, table, batch)
+        self._buffered_rows: dict[str, int] = {}  # per table, since the writer was last woken
+        self._oldest: float | None = None  # emit time of the oldest batch not yet signalled
+        self._appended = 0  # batches ever appended; messages carry it so the writer drains
+        # exactly the batches emitted before the message (a row-threshold part holds those)
         self._slots: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(self.config.queue_max_batches):
             self._slots.put(None)
@@ -125,15 +136,30 @@ class DuckDBTelemetry:
         )
         if batch.num_rows == 0:
             return
-        while True:  # take a queue slot (backpressure), checking the writer is still healthy
-            try:
-                self._slots.get(timeout=0.5)
-                break
-            except queue.Empty:
-                self._raise_if_failed()
-                if not self._thread.is_alive():
-                    raise RuntimeError("telemetry writer thread is gone") from None
-        self._data.put((_ROWS, table, batch))
+        try:
+            self._slots.get_nowait()
+        except queue.Empty:  # buffer full: wake the writer and wait for a slot (backpressure)
+            self._data.put((_ROWS, self._appended, None))
+            while True:
+                try:
+                    self._slots.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    self._raise_if_failed()
+                    if not self._thread.is_alive():
+                        raise RuntimeError("telemetry writer thread is gone") from None
+        now = time.monotonic()
+        self._buffer.append((now, table, batch))
+        self._appended += 1
+        rows = self._buffered_rows.get(table, 0) + batch.num_rows
+        self._buffered_rows[table] = rows
+        if self._oldest is None:
+            self._oldest = now
+        if rows >= self.config.flush_rows:
+            self._buffered_rows[table] = 0
+            self._data.put((_ROWS, self._appended, None))
+        elif now - self._oldest >= self.config.flush_seconds:
+            self._signal_flush()
 
     def step_end(self, step: int) -> None:
         """End of optimizer step ``step``: write every pending row (asynchronously).
@@ -147,13 +173,15 @@ class DuckDBTelemetry:
         if now - self._last_step_flush < self.config.step_flush_min_seconds:
             return
         self._last_step_flush = now
-        self._data.put((_FLUSH, None, None))
+        self._signal_flush()
 
     def flush(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
         """Block until every batch emitted so far is in a committed part file."""
         self._check_open()
         done = threading.Event()
-        self._data.put((_FLUSH, None, done))
+        self._oldest = None
+        self._buffered_rows.clear()
+        self._data.put((_FLUSH, self._appended, done))
         if not done.wait(timeout):
             raise RuntimeError(f"telemetry flush did not finish within {timeout} s")
         self._raise_if_failed()
@@ -172,7 +200,7 @@ class DuckDBTelemetry:
             return
         self._closed = True
         atexit.unregister(self._at_exit)
-        self._data.put((_STOP, None, None))
+        self._data.put((_STOP, None, None))  # drains everything (close may interrupt an emit)
         self._thread.join(_CLOSE_TIMEOUT_S)
         if self._thread.is_alive():
             warnings.warn(
@@ -191,6 +219,12 @@ class DuckDBTelemetry:
         self._raise_if_failed()
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _signal_flush(self) -> None:
+        """Ask the writer to write everything buffered so far (asynchronously)."""
+        self._oldest = None
+        self._buffered_rows.clear()
+        self._data.put((_FLUSH, self._appended, None))
 
     def _check_open(self) -> None:
         self._raise_if_failed()
@@ -226,7 +260,9 @@ class DuckDBTelemetry:
     def _loop(self) -> None:
         pending: dict[str, list[pa.Table]] = {}
         rows: dict[str, int] = {}
-        oldest: float | None = None
+        oldest: float | None = None  # emit time of the oldest pending batch
+        tick = self.config.flush_seconds / 4
+        drained = 0
 
         def write(table: str) -> None:
             batches = pending.pop(table, [])
@@ -239,22 +275,24 @@ class DuckDBTelemetry:
                         self._error = e
 
         while True:
-            timeout = (
-                None
-                if oldest is None
-                else max(0.0, oldest + self.config.flush_seconds - time.monotonic())
-            )
             try:
-                kind, table, payload = self._data.get(timeout=timeout)
+                kind, upto, payload = self._data.get(timeout=tick)
             except queue.Empty:
-                kind, table, payload = _FLUSH, None, None
-            if kind == _ROWS:
+                kind, upto, payload = _TICK, None, None
+            while self._buffer and (upto is None or drained < upto):  # popleft is atomic
+                t, table, batch = self._buffer.popleft()
+                drained += 1
                 self._slots.put(None)
-                pending.setdefault(table, []).append(payload)
-                rows[table] = rows.get(table, 0) + payload.num_rows
-                oldest = time.monotonic() if oldest is None else oldest
-                if rows[table] >= self.config.flush_rows:
-                    write(table)
+                pending.setdefault(table, []).append(batch)
+                rows[table] = rows.get(table, 0) + batch.num_rows
+                oldest = t if oldest is None else min(oldest, t)
+            if kind == _ROWS:
+                for name in [n for n, r in rows.items() if r >= self.config.flush_rows]:
+                    write(name)
+                continue
+            if kind == _TICK and (
+                oldest is None or time.monotonic() - oldest < self.config.flush_seconds
+            ):
                 continue
             for name in list(pending):
                 write(name)

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from core.algorithms.aggregation import AGG_MODES
 from core.algorithms.trust import TRUST_RULES
 
+OLD_LOGP_SOURCES = ("recompute", "rollout")
+POLICY_LOSSES = ("clip", "is")
+
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
@@ -30,6 +33,15 @@ class AlgorithmConfig:
     """Token aggregation (see ``core.algorithms.aggregation``)."""
     staleness_limit: int = 4
     """τ: samples with v_train − v_rollout > τ are dropped (status ``stale``)."""
+    policy_loss: str = "clip"
+    """``clip``: PPO clipped surrogate (GRPO, the seed's reasoning RL); ``is``: unclipped
+    importance-weighted policy gradient, the seed's async-RL update (bounded only by the trust
+    mask: pair it with ``trust_rule = "dis"``)."""
+    old_logp: str = "recompute"
+    """π_old of the PPO ratio: ``recompute`` (the trainer's own log-probs at step start, the
+    seed's reasoning-RL pseudocode) or ``rollout`` (the rollout engine's reported log-probs, as in
+    the seed's async-RL update ``exp(train_logp − rollout_logp)`` and frameworks that skip the
+    recompute): then every train/rollout mismatch enters the ratio itself."""
 
     def __post_init__(self) -> None:
         if self.name != "grpo":
@@ -51,6 +63,14 @@ class AlgorithmConfig:
         if self.loss_agg_mode not in AGG_MODES:
             raise ValueError(
                 f"algorithm.loss_agg_mode={self.loss_agg_mode!r} not in {list(AGG_MODES)}"
+            )
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ValueError(
+                f"algorithm.policy_loss={self.policy_loss!r} not in {list(POLICY_LOSSES)}"
+            )
+        if self.old_logp not in OLD_LOGP_SOURCES:
+            raise ValueError(
+                f"algorithm.old_logp={self.old_logp!r} not in {list(OLD_LOGP_SOURCES)}"
             )
         if self.staleness_limit < 0:
             raise ValueError(f"algorithm.staleness_limit={self.staleness_limit} must be >= 0")

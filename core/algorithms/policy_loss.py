@@ -53,3 +53,42 @@ def clipped_policy_loss(
         "ratio_mean": (ratio.detach() * m).sum() / n,
     }
     return loss, metrics
+
+
+def is_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    agg_mode: str = "token-mean",
+    denominator: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """Importance-weighted policy gradient without a clip — the seed's async-RL update
+
+        ρ_t = exp(logp_t − old_logp_t),   L = −agg_t[ sg(ρ_t) · Â · logp_t ]   over mask,
+
+    whose gradient −ρ_t Â ∇logp_t equals that of the unclipped surrogate −ρ_t Â. The only bound
+    on ρ is the caller's mask (DIS keeps 1 − ε_l < ρ < 1 + ε_h); with no trust mask a token the
+    engines disagree about carries its full ratio into the gradient.
+
+    Args:
+        logp: [B, T] current log-probs (with grad).
+        old_logp: [B, T] behaviour log-probs (detached; the rollout's for the async update).
+        advantages: [B] per-sequence or [B, T] per-token advantages.
+        mask: [B, T] bool, trusted action tokens.
+    Returns:
+        (loss scalar, metrics: ``ratio`` [B, T], ``clip_fraction`` (always 0), ``ratio_mean``).
+    """
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    log_ratio = torch.where(mask, logp - old_logp, torch.zeros_like(logp))  # see above: no 0·inf
+    ratio = torch.exp(log_ratio)
+    loss = aggregate(-ratio * adv, mask, mode=agg_mode, denominator=denominator)
+    m = mask.float()
+    n = m.sum().clamp_min(1.0)
+    metrics = {
+        "ratio": torch.exp((logp - old_logp).detach()),
+        "clip_fraction": torch.zeros(()),
+        "ratio_mean": (ratio.detach() * m).sum() / n,
+    }
+    return loss, metrics

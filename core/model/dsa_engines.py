@@ -33,8 +33,11 @@ from core.model.dsa_select import TopkSelection, select_topk
 INDEXER_PARAMS = ("wq", "wk", "head_weights")
 
 
-def dsa_config(cfg: ModelConfig, *, topk_mode: str = "deterministic") -> DSAConfig:
-    """The ``DSAConfig`` of a policy with ``cfg.dsa_topk > 0`` (``topk_mode`` of this engine)."""
+def dsa_config(
+    cfg: ModelConfig, *, topk_mode: str = "deterministic", noise_scale: float | None = None
+) -> DSAConfig:
+    """The ``DSAConfig`` of a policy with ``cfg.dsa_topk > 0`` (``topk_mode`` of this engine;
+    ``noise_scale``: score-noise std of the nondeterministic kernel, None = DSAConfig's default)."""
     if cfg.dsa_topk < 1:
         raise ValueError(f"model.dsa_topk={cfg.dsa_topk}: DSA needs dsa_topk >= 1")
     return DSAConfig(
@@ -43,6 +46,7 @@ def dsa_config(cfg: ModelConfig, *, topk_mode: str = "deterministic") -> DSAConf
         index_dim=cfg.dsa_index_dim,
         trainable=cfg.dsa_trainable,
         topk_mode=topk_mode,
+        **({} if noise_scale is None else {"noise_scale": noise_scale}),
     )
 
 
@@ -231,11 +235,13 @@ class EngineDSA:
         )
 
 
-def engine_dsa(engine, *, topk_mode: str, seed: int) -> dict[int, EngineDSA]:
+def engine_dsa(
+    engine, *, topk_mode: str, seed: int, noise_scale: float | None = None
+) -> dict[int, EngineDSA]:
     """The rollout engine's ``dsa`` hooks (``{}`` for a dense policy, ``dsa_topk == 0``)."""
     if engine.cfg.dsa_topk == 0:
         return {}
-    dcfg = dsa_config(engine.cfg, topk_mode=topk_mode)
+    dcfg = dsa_config(engine.cfg, topk_mode=topk_mode, noise_scale=noise_scale)
     return {
         layer: EngineDSA(engine, layer, dcfg, seed=indexer_seed(seed, layer) + 1)
         for layer in range(engine.cfg.num_layers)

@@ -12,6 +12,8 @@ Choices (all computed in float32, see ``core.quant.quantizer``):
   packed W4A16 weight stays within 0.30x of bf16 (fp32 scales would cost 0.3125x at g32).
 - ``int4-g32-asym``: min-max asymmetric int4, codes [-8, 7] with an int zero point per group
   (the compressed-tensors asymmetric layout: ``weight_zero_point`` packed along N).
+- ``int4-channel-sym``: the seed's symmetric int4 codes with one bf16 scale per output channel
+  (no groups along K): the coarse int4 of early W4A16 deployments, ~4x the g32 error here.
 - ``int8-channel``: W8A16, per output channel, codes [-127, 127], scale = amax / 127, fp32 scales.
 - ``fp8-e4m3-channel``: per output channel, scale = amax / 448, codes = float8_e4m3fn(x / scale)
   (round to nearest even), fp32 scales, dequantized to bf16 for the matmul.
@@ -34,6 +36,7 @@ PRESETS: dict[str, QuantSpec] = {
         scale_rule="min_max",
         zero_point_domain="int",
     ),
+    "int4-channel-sym": QuantSpec(name="int4-channel-sym", bits=4, qmin=-7, qmax=7, group_size=-1),
     "int8-channel": QuantSpec(
         name="int8-channel",
         bits=8,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from core.quant.sync_quantizer import rollout_spec
@@ -32,6 +34,9 @@ class RolloutConfig:
     """Sync weights to the rollout every K optimizer steps (K > 1: policy lag)."""
     topk_mode: str = "deterministic"
     """DSA Top-k kernel: ``deterministic`` | ``nondeterministic`` (fault emulation)."""
+    topk_noise: float = 1e-3
+    """Nondeterministic kernel only: std of the additive indexer-score noise (≥ 0) standing in for
+    unordered parallel reductions; exact ties are broken at random as well."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISION_CHOICES:
@@ -46,6 +51,8 @@ class RolloutConfig:
             raise ValueError(f"rollout.sync_every={self.sync_every} must be >= 1")
         if self.topk_mode not in TOPK_MODES:
             raise ValueError(f"rollout.topk_mode={self.topk_mode!r} not in {list(TOPK_MODES)}")
+        if not (math.isfinite(self.topk_noise) and self.topk_noise >= 0):
+            raise ValueError(f"rollout.topk_noise={self.topk_noise} must be a finite float >= 0")
         self.sampling()  # validates temperature / top_p / top_k / max_new_tokens
         rollout_spec("w4a16", self.quant_preset)  # ValueError naming rollout.quant_preset
 

@@ -24,7 +24,7 @@ import torch
 
 from core.algorithms.advantage import grpo_advantages
 from core.algorithms.logprobs import token_logprobs
-from core.algorithms.policy_loss import clipped_policy_loss
+from core.algorithms.policy_loss import clipped_policy_loss, is_policy_loss
 from core.algorithms.trust import STALE_CODE, trust_mask
 from core.tasks.arithmetic import make_prompts, verify
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt
@@ -83,9 +83,10 @@ def train_step(s: Session, step: int) -> dict:
     sparse = capture_sparse(s.actor, rb, tb)  # DSA/MoE records (None if dense), before the probe
     logp, entropy = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
     entropy = entropy.detach()
-    old_logp = logp.detach()  # one optimizer step per rollout batch: π_old = π_train at step start
+    train_logp = logp.detach()  # one optimizer step per rollout batch: π_train at step start
+    old_logp = tb.rollout_logp if alg.old_logp == "rollout" else train_logp  # π_old of the ratio
     trusted, tm = trust_mask(
-        old_logp,
+        train_logp,
         tb.rollout_logp,
         tb.action_mask,
         rule=alg.trust_rule,
@@ -97,16 +98,26 @@ def train_step(s: Session, step: int) -> dict:
     if stale:
         reason = torch.where(tb.action_mask, torch.full_like(reason, STALE_CODE), reason)
         trusted = torch.zeros_like(trusted)
-    loss, lm = clipped_policy_loss(
-        logp,
-        old_logp,
-        adv,
-        trusted,
-        eps_low=alg.eps_low,
-        eps_high=alg.eps_high,
-        agg_mode=alg.loss_agg_mode,
-        denominator=tb.action_mask.sum(),
-    )
+    if alg.policy_loss == "is":  # the seed's async update: −sg(ρ)·Â·logp over trusted tokens
+        loss, lm = is_policy_loss(
+            logp,
+            old_logp,
+            adv,
+            trusted,
+            agg_mode=alg.loss_agg_mode,
+            denominator=tb.action_mask.sum(),
+        )
+    else:
+        loss, lm = clipped_policy_loss(
+            logp,
+            old_logp,
+            adv,
+            trusted,
+            eps_low=alg.eps_low,
+            eps_high=alg.eps_high,
+            agg_mode=alg.loss_agg_mode,
+            denominator=tb.action_mask.sum(),
+        )
     s.memory.forward_end(logits, sparse=sparse)  # these stay alive for the step
     s.optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -121,7 +132,7 @@ def train_step(s: Session, step: int) -> dict:
         s.sync()
     s.memory.end_step(step)  # frees the step's live IO; memory_events / memory_peaks rows
 
-    metrics = _step_metrics(tb, old_logp, entropy, trusted, reason, lm, adv_m, loss, grad_norm)
+    metrics = _step_metrics(tb, train_logp, entropy, trusted, reason, lm, adv_m, loss, grad_norm)
     metrics.update(
         step=step,
         policy_version=s.version,
@@ -143,6 +154,7 @@ def train_step(s: Session, step: int) -> dict:
         verdicts,
         rewards,
         adv,
+        train_logp,
         old_logp,
         entropy,
         reason,
@@ -194,6 +206,7 @@ def _emit(
     rewards,
     adv,
     train_lp,
+    old_lp,
     entropy,
     reason,
     stale,
@@ -255,6 +268,7 @@ def _emit(
                 action_mask=tb.action_mask,
                 rollout_logp=tb.rollout_logp,
                 train_logp=train_lp,
+                old_logp=old_lp,
                 reason=reason,
                 advantages=adv,
                 entropy=entropy.detach(),

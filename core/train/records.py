@@ -16,6 +16,11 @@ import pyarrow as pa
 import torch
 
 from core.algorithms.trust import REASONS, STALE_CODE
+from observability.enums import MASK_REASONS, ROLES
+
+if REASONS != MASK_REASONS:  # mask_reason is emitted as codes into the schema's enum
+    raise ImportError(f"trust REASONS {REASONS} differ from the schema's {MASK_REASONS}")
+ROLE_PROMPT, ROLE_ACTION = ROLES.index("prompt"), ROLES.index("action")
 
 
 def token_rows(
@@ -35,13 +40,15 @@ def token_rows(
     prefix_hash: torch.Tensor,
     version_rollout: int,
     keep: np.ndarray,
+    old_logp: torch.Tensor | None = None,
 ) -> dict:
     """Columns of the ``tokens`` table.
 
     Args:
         sample_ids: [B]; input_ids: [B, T] trainer IDs; rollout_targets: [B, T-1] the rollout's
         IDs at slots 1..T-1; valid_rollout: [B, T] the rollout's real tokens; action_mask,
-        rollout_logp, train_logp, reason, entropy: [B, T-1] aligned to slots 1..T-1;
+        rollout_logp, train_logp, reason, entropy: [B, T-1] aligned to slots 1..T-1; old_logp:
+        [B, T-1] π_old of the ratio (None: the trainer's own log-probs, ``train_logp``);
         advantages: [B]; prefix_hash: [B, T] over the rollout IDs; keep: [B] bool (sampling).
     """
     b, t = input_ids.shape
@@ -55,12 +62,12 @@ def token_rows(
 
     sel = valid_rollout & torch.as_tensor(keep)[:, None]
     pos = (valid_rollout.long().cumsum(1) - 1)[sel]
-    roles = np.where(act[sel].numpy(), "action", "prompt")
+    roles = np.where(act[sel].numpy(), ROLE_ACTION, ROLE_PROMPT).astype(np.int8)  # enum codes
     reason_full = shift(reason.to(torch.int64), 4)[sel].numpy()
-    reason_names = np.asarray(REASONS, dtype=object)[reason_full]
     is_act = act[sel].numpy()
     r_lp = shift(rollout_logp, 0.0)[sel].numpy()
     t_lp = shift(train_logp, 0.0)[sel].numpy()
+    o_lp = t_lp if old_logp is None else shift(old_logp, 0.0)[sel].numpy()
     ent = shift(entropy, 0.0)[sel].numpy()
 
     def on_actions(x: np.ndarray) -> pa.Array:  # null (not NaN) where the token is no action
@@ -75,10 +82,10 @@ def token_rows(
         "role": roles,
         "loss_mask": is_act & (reason_full != STALE_CODE),
         "trust_mask": reason_full == 0,
-        "mask_reason": reason_names,
+        "mask_reason": reason_full.astype(np.int8),  # codes: core REASONS == schema enum order
         "rollout_logp": on_actions(r_lp),
         "train_logp": on_actions(t_lp),
-        "old_logp": on_actions(t_lp),
+        "old_logp": on_actions(o_lp),
         "ratio": on_actions(np.exp(t_lp - r_lp)),
         "advantage": on_actions(advantages[:, None].expand(b, t)[sel].numpy()),
         "entropy": on_actions(ent),

@@ -78,7 +78,10 @@ class Session:
             self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision]
         )
         self.engine.dsa = engine_dsa(
-            self.engine, topk_mode=cfg.rollout.topk_mode, seed=cfg.train.seed
+            self.engine,
+            topk_mode=cfg.rollout.topk_mode,
+            seed=cfg.train.seed,
+            noise_scale=cfg.rollout.topk_noise,
         )
         self.weight_sync = WeightSync(
             self.engine,

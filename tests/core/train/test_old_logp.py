@@ -1,0 +1,40 @@
+"""π_old of the update, through the real loop: the trainer's recompute by default, the rollout's
+reported log-probs with ``algorithm.old_logp = "rollout"`` (the seed's async update), recorded in
+``tokens.old_logp`` either way."""
+
+from __future__ import annotations
+
+from tests.conftest import make_run
+
+from observability import open_run
+
+SQL = """
+SELECT count(*) AS n,
+       max(abs(old_logp - rollout_logp)) AS d_rollout,
+       max(abs(old_logp - train_logp)) AS d_train,
+       bool_and(ratio = exp(train_logp - rollout_logp)) AS ratio_vs_rollout
+FROM tokens WHERE role = 'action'
+"""
+
+
+def test_default_old_logp_is_the_trainer_recompute(tiny_run_bf16):
+    n, d_rollout, d_train, _ = open_run(tiny_run_bf16).execute(SQL).fetchone()
+    assert n > 0 and d_train == 0.0 and d_rollout > 0.0  # bf16 rollout: the two differ
+
+
+def test_async_is_update_uses_rollout_logprobs(tmp_path):
+    run = make_run(
+        tmp_path,
+        [
+            'rollout.precision="bf16"',
+            'algorithm.policy_loss="is"',
+            'algorithm.old_logp="rollout"',
+            'algorithm.trust_rule="dis"',
+        ],
+        name="async-is",
+    )
+    con = open_run(run)
+    n, d_rollout, d_train, _ = con.execute(SQL).fetchone()
+    assert n > 0 and d_rollout == 0.0 and d_train > 0.0
+    loss, clip = con.execute("SELECT max(abs(loss)), max(clip_fraction) FROM steps").fetchone()
+    assert loss > 0.0 and clip == 0.0  # the IS loss never clips
