@@ -14,6 +14,7 @@ def test_presets_are_valid_and_named_after_their_key():
         "int4-g32-sym",
         "int4-g32-torchao",
         "int4-g32-asym",
+        "int4-channel-sym",
         "int8-channel",
         "fp8-e4m3-channel",
     }
@@ -30,7 +31,7 @@ def test_seed_and_torchao_presets_pin_their_ranges():
 
 
 def test_get_preset_typo_lists_valid_names():
-    with pytest.raises(ValueError, match="valid presets: fp8-e4m3-channel, int4-g32-asym"):
+    with pytest.raises(ValueError, match="valid presets: fp8-e4m3-channel, int4-channel-sym, int4-g32-asym"):
         get_preset("int4-g32")
 
 

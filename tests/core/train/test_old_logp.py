@@ -4,9 +4,8 @@ reported log-probs with ``algorithm.old_logp = "rollout"`` (the seed's async upd
 
 from __future__ import annotations
 
-from tests.conftest import make_run
-
 from observability import open_run
+from tests.conftest import make_run
 
 SQL = """
 SELECT count(*) AS n,
