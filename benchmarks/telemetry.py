@@ -4,8 +4,10 @@ Section ``ingest``: ``DuckDBTelemetry`` ingest from loop-native numpy columns (c
 on the calling thread, atomic zstd parts with fsync on the background thread) vs raw
 ``pyarrow.parquet.write_table`` (no fsync) of the same Arrow batches with the same file settings;
 prints absolute rows/s and the ratio (goal >= 0.8). ``os.sync()`` runs between timed sections.
-A second section (training step time with ``--telemetry duckdb`` vs ``none``) belongs in
-``SECTIONS`` once the training loop exists. Usage: ``python benchmarks/telemetry.py [--rows N]``.
+Section ``step_time``: training step time with ``--telemetry duckdb`` vs ``none`` on the default
+tiny config, in paired runs. Section ``step_time_ab``: the sink on and off on alternating steps
+of the same runs (drift-free; see its docstring). Goal for both <= 1.02.
+Usage: ``python benchmarks/telemetry.py [--section NAME] [--repeats N] [--train-steps N]``.
 """
 
 from __future__ import annotations
