@@ -21,7 +21,9 @@ class TelemetryConfig:
     flush_rows: int = 1_000_000
     """A table's pending rows are written as a part once they reach this many (>= 1)."""
     flush_seconds: float = 2.0
-    """Pending rows are written at the latest this long after they were emitted (> 0)."""
+    """Pending rows are written once the oldest is this old (> 0): checked by every ``emit`` and
+    by the writer's own timer every ``flush_seconds / 4``, so a stalled loop's rows are at most
+    1.25x this late."""
     step_flush_min_seconds: float = 2.0
     """``step_end`` flushes only if the previous step-end flush is at least this old (>= 0; 0:
     flush at every step end). Short steps then share parts instead of writing tiny ones."""
