@@ -28,7 +28,7 @@ def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
     """One GRPO step, trainer half on CUDA; returns (ledger peak, torch peak, the ledger's Peak)."""
     from core.algorithms.advantage import grpo_advantages
     from core.algorithms.logprobs import token_logprobs
-    from core.algorithms.policy_loss import clipped_policy_loss
+    from core.algorithms.policy_loss import policy_loss
     from core.algorithms.trust import trust_mask
     from core.train.batch import build_train_batch
     from core.train.grpo import rollout_step
@@ -53,9 +53,10 @@ def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
     mem.forward_begin(tb)
     logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
     logp, _ = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
-    old_logp = logp.detach()
+    train_logp = logp.detach()
+    old_logp = tb.rollout_logp if alg.old_logp == "rollout" else train_logp
     trusted, _ = trust_mask(
-        old_logp,
+        train_logp,
         tb.rollout_logp,
         tb.action_mask,
         rule=alg.trust_rule,
@@ -63,11 +64,12 @@ def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
         eps_low=alg.eps_low,
         eps_high=alg.eps_high,
     )
-    loss, _ = clipped_policy_loss(
+    loss, _ = policy_loss(
         logp,
         old_logp,
         adv,
         trusted,
+        kind=alg.policy_loss,
         eps_low=alg.eps_low,
         eps_high=alg.eps_high,
         agg_mode=alg.loss_agg_mode,

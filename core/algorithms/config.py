@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.algorithms.aggregation import AGG_MODES
+from core.algorithms.policy_loss import POLICY_LOSSES
 from core.algorithms.trust import TRUST_RULES
 
 OLD_LOGP_SOURCES = ("recompute", "rollout")
-POLICY_LOSSES = ("clip", "is")
 
 
 @dataclass(frozen=True)

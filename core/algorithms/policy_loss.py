@@ -92,3 +92,38 @@ def is_policy_loss(
         "ratio_mean": (ratio.detach() * m).sum() / n,
     }
     return loss, metrics
+
+
+POLICY_LOSSES = ("clip", "is")
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kind: str = "clip",
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    agg_mode: str = "token-mean",
+    denominator: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """``kind`` ``clip``: :func:`clipped_policy_loss`; ``is``: :func:`is_policy_loss` (the clip
+    bounds are unused). Shapes as there: logp, old_logp, mask [B, T]; advantages [B] or [B, T]."""
+    if kind == "is":
+        return is_policy_loss(
+            logp, old_logp, advantages, mask, agg_mode=agg_mode, denominator=denominator
+        )
+    if kind != "clip":
+        raise ValueError(f"algorithm.policy_loss={kind!r} not in {list(POLICY_LOSSES)}")
+    return clipped_policy_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        agg_mode=agg_mode,
+        denominator=denominator,
+    )

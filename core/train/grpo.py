@@ -24,7 +24,7 @@ import torch
 
 from core.algorithms.advantage import grpo_advantages
 from core.algorithms.logprobs import token_logprobs
-from core.algorithms.policy_loss import clipped_policy_loss, is_policy_loss
+from core.algorithms.policy_loss import policy_loss
 from core.algorithms.trust import STALE_CODE, trust_mask
 from core.tasks.arithmetic import make_prompts, verify
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt
@@ -98,26 +98,17 @@ def train_step(s: Session, step: int) -> dict:
     if stale:
         reason = torch.where(tb.action_mask, torch.full_like(reason, STALE_CODE), reason)
         trusted = torch.zeros_like(trusted)
-    if alg.policy_loss == "is":  # the seed's async update: −sg(ρ)·Â·logp over trusted tokens
-        loss, lm = is_policy_loss(
-            logp,
-            old_logp,
-            adv,
-            trusted,
-            agg_mode=alg.loss_agg_mode,
-            denominator=tb.action_mask.sum(),
-        )
-    else:
-        loss, lm = clipped_policy_loss(
-            logp,
-            old_logp,
-            adv,
-            trusted,
-            eps_low=alg.eps_low,
-            eps_high=alg.eps_high,
-            agg_mode=alg.loss_agg_mode,
-            denominator=tb.action_mask.sum(),
-        )
+    loss, lm = policy_loss(  # clip (GRPO) or is (the seed's async update: −sg(ρ)·Â·logp)
+        logp,
+        old_logp,
+        adv,
+        trusted,
+        kind=alg.policy_loss,
+        eps_low=alg.eps_low,
+        eps_high=alg.eps_high,
+        agg_mode=alg.loss_agg_mode,
+        denominator=tb.action_mask.sum(),
+    )
     s.memory.forward_end(logits, sparse=sparse)  # these stay alive for the step
     s.optimizer.zero_grad(set_to_none=True)
     loss.backward()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.algorithms.aggregation import AGG_MODES
-from core.algorithms.policy_loss import clipped_policy_loss, is_policy_loss
+from core.algorithms.policy_loss import clipped_policy_loss, is_policy_loss, policy_loss
 from tests.core.algorithms.reference import naive_aggregate
 
 # One token per sequence, old_logp = 0, logp = ln ρ. Per-token loss = −ρ·Â (no clip):
@@ -84,3 +84,14 @@ def test_matches_loop_reference(mode):
     ]
     ref = naive_aggregate(per_token, mask.tolist(), mode=mode, denominator=17.0)
     torch.testing.assert_close(loss, torch.tensor(ref, dtype=torch.float32), rtol=1e-5, atol=1e-6)
+
+
+def test_policy_loss_dispatches_by_kind():
+    logp, old, adv = _cases()
+    mask = torch.ones(len(CASES), 1, dtype=torch.bool)
+    for kind, fn in (("clip", clipped_policy_loss), ("is", is_policy_loss)):
+        got, _ = policy_loss(logp, old, adv, mask, kind=kind)
+        want, _ = fn(logp, old, adv, mask)
+        torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="algorithm.policy_loss='ppo' not in"):
+        policy_loss(logp, old, adv, mask, kind="ppo")

@@ -31,7 +31,9 @@ def test_seed_and_torchao_presets_pin_their_ranges():
 
 
 def test_get_preset_typo_lists_valid_names():
-    with pytest.raises(ValueError, match="valid presets: fp8-e4m3-channel, int4-channel-sym, int4-g32-asym"):
+    with pytest.raises(
+        ValueError, match="valid presets: fp8-e4m3-channel, int4-channel-sym, int4-g32-asym"
+    ):
         get_preset("int4-g32")
 
 
