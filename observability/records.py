@@ -1,8 +1,10 @@
 """One emitted columnar batch -> a validated Arrow table with the full schema of its table.
 
 Steps: reject unknown tables/columns and mismatched lengths, fill sink-owned columns (run_id,
-rank, samples.tokens_sampled), drop per-token rows of samples outside the token sample, convert
-each column (``convert``), check its rules (``validate``), and null-fill absent nullable columns.
+rank, samples.tokens_sampled), convert and check the columns — small batches of Python values
+through one screened conversion (``smallbatch``), the rest column by column (``convert``, then
+``validate``) — drop per-token rows of samples outside the token sample, and null-fill absent
+nullable columns.
 """
 
 from __future__ import annotations
@@ -95,8 +97,9 @@ def build_table(
             arrays["tokens_sampled"] = pa.array(keep)
     row_col = "sample_id" if "sample_id" in arrays else "step" if "step" in arrays else None
     row_ids = (row_col, arrays[row_col]) if row_col else None
-    for name, arr in arrays.items() if not screened else ():
-        check_column(table, spec.column(name), arr, row_ids=row_ids, vocab_size=vocab_size)
+    if not screened:  # the small-batch screen already proved every rule
+        for name, arr in arrays.items():
+            check_column(table, spec.column(name), arr, row_ids=row_ids, vocab_size=vocab_size)
     arrays["run_id"] = _constant_string(run_id, n)
     out = [arrays[c.name] if c.name in arrays else _nulls(c.type, n) for c in spec.columns]
     return pa.Table.from_arrays(out, schema=spec.arrow_schema)

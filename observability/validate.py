@@ -2,9 +2,9 @@
 
 Each rule builds a boolean violation mask with ``pyarrow.compute`` and reports only the first
 offending row, naming table, column, row, the row's ``sample_id`` (or ``step``) and the value.
-Masks are built only for rules a column may break: a null-free numeric column is first screened
-with numpy ``min``/``max`` on a zero-copy view (NaN propagates through both, so finite bounds
-prove every value finite) — a few microseconds, where the pyarrow kernels cost ~10 each and a
+Masks are built only for rules a column may break: a numeric column is first screened with numpy
+``min``/``max`` on a view of its non-null values (NaN propagates through both, so finite bounds
+prove every value finite); an enum column compares its distinct values with the enum — a few microseconds, where the pyarrow kernels cost ~10 each and a
 training step emits ~100 columns.
 Simplification: the first failing rule wins; list columns are checked element-wise and the
 element is mapped back to its row with ``list_parent_indices``.
