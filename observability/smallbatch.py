@@ -48,7 +48,7 @@ def _values_ok(spec: ColumnSpec, values: list, vocab_size: int | None) -> bool:
             spec.element_spec, flat, vocab_size
         )
     if pa.types.is_timestamp(spec.type):
-        return all(isinstance(v, datetime) for v in values)  # epoch numbers: general path
+        return True  # datetimes: ``screen_small`` already sent epoch numbers to _epoch_micros
     if spec.json:
         return all(isinstance(v, (str, dict, type(None))) for v in values)
     if not all(isinstance(v, _PLAIN) for v in values):

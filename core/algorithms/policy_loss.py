@@ -35,24 +35,33 @@ def clipped_policy_loss(
     Returns:
         (loss scalar, metrics: ``ratio`` [B, T], ``clip_fraction``, ``ratio_mean`` scalars).
     """
-    adv = advantages[:, None] if advantages.dim() == 1 else advantages
-    log_ratio = logp - old_logp
-    # Masked tokens (padding, trust-rejected) may hold ±inf/NaN log-probs; zero their log-ratio so
-    # 0·inf = NaN cannot leak into the loss or its gradient. The ``ratio`` metric stays raw.
-    ratio = torch.exp(torch.where(mask, log_ratio, torch.zeros_like(log_ratio)))
+    adv, ratio, metrics = _ratio(logp, old_logp, advantages, mask)
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
     loss = aggregate(per_token, mask, mode=agg_mode, denominator=denominator)
     m = mask.float()
-    is_clipped = (clipped < unclipped).float()
-    n = m.sum().clamp_min(1.0)
+    metrics["clip_fraction"] = ((clipped < unclipped).float() * m).sum() / m.sum().clamp_min(1.0)
+    return loss, metrics
+
+
+def _ratio(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(advantages as [B, T] or [B, 1], ratio [B, T] with grad, metrics ``ratio``/``ratio_mean``).
+
+    Masked tokens (padding, trust-rejected) may hold ±inf/NaN log-probs; their log-ratio is zeroed
+    so 0·inf = NaN cannot leak into the loss or its gradient. The ``ratio`` metric stays raw.
+    """
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    log_ratio = logp - old_logp
+    ratio = torch.exp(torch.where(mask, log_ratio, torch.zeros_like(log_ratio)))
+    m = mask.float()
     metrics = {
         "ratio": torch.exp(log_ratio.detach()),
-        "clip_fraction": (is_clipped * m).sum() / n,
-        "ratio_mean": (ratio.detach() * m).sum() / n,
+        "ratio_mean": (ratio.detach() * m).sum() / m.sum().clamp_min(1.0),
     }
-    return loss, metrics
+    return adv, ratio, metrics
 
 
 def is_policy_loss(
@@ -80,17 +89,9 @@ def is_policy_loss(
     Returns:
         (loss scalar, metrics: ``ratio`` [B, T], ``clip_fraction`` (always 0), ``ratio_mean``).
     """
-    adv = advantages[:, None] if advantages.dim() == 1 else advantages
-    log_ratio = torch.where(mask, logp - old_logp, torch.zeros_like(logp))  # see above: no 0·inf
-    ratio = torch.exp(log_ratio)
+    adv, ratio, metrics = _ratio(logp, old_logp, advantages, mask)
     loss = aggregate(-ratio * adv, mask, mode=agg_mode, denominator=denominator)
-    m = mask.float()
-    n = m.sum().clamp_min(1.0)
-    metrics = {
-        "ratio": torch.exp((logp - old_logp).detach()),
-        "clip_fraction": torch.zeros(()),
-        "ratio_mean": (ratio.detach() * m).sum() / n,
-    }
+    metrics["clip_fraction"] = torch.zeros(())
     return loss, metrics
 
 
