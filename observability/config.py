@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+WRITER_PRIORITIES = ("idle", "normal")
+
 
 @dataclass(frozen=True)
 class TelemetryConfig:
@@ -30,6 +32,18 @@ class TelemetryConfig:
     queue_max_batches: int = 256
     """Batches waiting in the hand-off buffer for the background writer (>= 1); when full,
     ``emit`` wakes the writer and blocks until it has drained them (backpressure, no drops)."""
+    check_on_emit: bool = False
+    """Convert and validate each batch inside ``emit``, on the calling thread, so a bad batch
+    raises at its own call site (debugging, tests). Default: ``emit`` runs only the structural
+    checks (table, columns, lengths) and snapshots the batch; the background writer converts and
+    validates a flush's batches of a table in one call and a rejected batch raises ValueError at
+    the next ``emit``/``step_end``/``flush``/``close`` — the training thread then pays ~0.1 ms a
+    step instead of ~10 (``benchmarks/README.md``)."""
+    writer_priority: str = "idle"
+    """CPU priority of the background writer thread: ``idle`` (Linux ``SCHED_IDLE``: it uses only
+    CPU time the training process leaves free; measured 1.05x -> 1.00x step time on the 2-core
+    CPU machine, ``benchmarks/README.md``) or ``normal`` (the OS default: a live reader's lag
+    stays ~``flush_seconds`` even when other processes saturate the CPUs)."""
     compact_on_close: bool = True
     """Rank 0 folds the parts into ``RUN_DIR/telemetry.duckdb`` on a ``finished`` close."""
 
@@ -46,6 +60,15 @@ class TelemetryConfig:
             raise ValueError(
                 "telemetry.step_flush_min_seconds must be >= 0, "
                 f"got {self.step_flush_min_seconds!r}"
+            )
+        if self.writer_priority not in WRITER_PRIORITIES:
+            raise ValueError(
+                f"telemetry.writer_priority must be one of {list(WRITER_PRIORITIES)}, "
+                f"got {self.writer_priority!r}"
+            )
+        if not isinstance(self.check_on_emit, bool):
+            raise ValueError(
+                f"telemetry.check_on_emit must be true or false, got {self.check_on_emit!r}"
             )
         if not (isinstance(self.queue_max_batches, int) and self.queue_max_batches >= 1):
             raise ValueError(

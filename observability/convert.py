@@ -28,7 +28,7 @@ def is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
-def _torch_to_numpy(t: Any, where: str) -> np.ndarray:
+def torch_to_numpy(t: Any, where: str) -> np.ndarray:
     if t.device.type != "cpu":
         raise ValueError(f"{where}: tensor on {t.device}; move it to the CPU before emit")
     t = t.detach()
@@ -50,7 +50,7 @@ def column_length(values: Any, spec: ColumnSpec) -> int | None:
 
 def _numpy(values: Any, where: str) -> np.ndarray | None:
     if is_torch(values):
-        return _torch_to_numpy(values, where)
+        return torch_to_numpy(values, where)
     if isinstance(values, np.ndarray):
         return values
     return None
@@ -147,7 +147,7 @@ def to_arrow(values: Any, spec: ColumnSpec, n: int, where: str) -> pa.Array:
         return pa.nulls(n, type=spec.type)
     if column_length(values, spec) is None:  # scalar: convert once, then broadcast
         if is_torch(values):
-            values = _torch_to_numpy(values, where).item()
+            values = torch_to_numpy(values, where).item()
         elif isinstance(values, np.ndarray | np.generic):
             values = values.item()
         one = to_arrow([values], spec, 1, where)  # a one-element list: the list fast path

@@ -46,6 +46,28 @@ def _batch_length(spec: TableSpec, columns: Mapping[str, Any]) -> int:
     return next(iter(lengths.values())) if lengths else 1
 
 
+def check_batch(table: str, columns: Mapping[str, Any]) -> tuple[TableSpec, int]:
+    """The cheap structural checks of a batch: known table and columns, no ``run_id``, required
+    columns present, equal lengths. Returns the table's spec and the batch length. ``emit`` runs
+    these on the calling thread even when conversion is left to the background writer."""
+    spec = table_spec(table)
+    unknown = sorted(name for name in columns if not spec.has_column(name))
+    if unknown:
+        raise ValueError(
+            f"telemetry table {table!r}: unknown columns {unknown}; columns: {list(spec.column_names)}"
+        )
+    if "run_id" in columns:
+        raise ValueError(f"telemetry table {table!r} column 'run_id': filled in by the sink")
+    missing = [
+        c.name
+        for c in spec.columns
+        if not c.nullable and c.name not in columns and c.name not in ("run_id", "rank")
+    ]
+    if missing:
+        raise ValueError(f"telemetry table {table!r}: missing required columns {missing}")
+    return spec, _batch_length(spec, columns)
+
+
 def build_table(
     table: str,
     columns: Mapping[str, Any],
@@ -60,23 +82,10 @@ def build_table(
     ``columns`` maps column name -> array-like [N] or scalar (broadcast). Raises ValueError naming
     the table, the column and the first offending row's sample_id (or step).
     """
-    spec = table_spec(table)
-    known = set(spec.column_names)
-    unknown = sorted(set(columns) - known)
-    if unknown:
-        raise ValueError(
-            f"telemetry table {table!r}: unknown columns {unknown}; columns: {list(spec.column_names)}"
-        )
-    if "run_id" in columns:
-        raise ValueError(f"telemetry table {table!r} column 'run_id': filled in by the sink")
+    spec, n = check_batch(table, columns)
     given = dict(columns)
-    if "rank" in known and "rank" not in given:
+    if spec.has_column("rank") and "rank" not in given:
         given["rank"] = rank
-    required = [c.name for c in spec.columns if not c.nullable and c.name != "run_id"]
-    missing = [name for name in required if name not in given]
-    if missing:
-        raise ValueError(f"telemetry table {table!r}: missing required columns {missing}")
-    n = _batch_length(spec, columns)
     arrays = screen_small(spec, given, n, vocab_size)  # None unless small and clearly valid
     screened = arrays is not None
     if not screened:

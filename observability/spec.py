@@ -107,6 +107,9 @@ class TableSpec:
     def _by_name(self) -> dict[str, ColumnSpec]:
         return {c.name: c for c in self.columns}
 
+    def has_column(self, name: str) -> bool:
+        return name in self._by_name
+
     def column(self, name: str) -> ColumnSpec:
         try:
             return self._by_name[name]

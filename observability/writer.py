@@ -1,15 +1,19 @@
 """``DuckDBTelemetry``: the ``--telemetry duckdb`` sink — validated batches, background Parquet writes.
 
-The training thread converts and validates each batch (``records``; errors raise at the call
-site) and appends it to a hand-off buffer; one background thread moves buffered batches into
-per-table pending lists and writes atomic parts (``parts``) when a table reaches ``flush_rows``,
+The training thread checks a batch's structure (table, columns, lengths: ``records.check_batch``),
+snapshots it (``merge.snapshot``) and appends it to a hand-off buffer; one background thread moves
+buffered batches into per-table pending lists and, at flush time, converts and validates each
+table's batches in one call (``merge.merge_batches`` + ``records.build_table``; a batch that fails
+is rejected alone and raises ``RejectedBatch`` at the training thread's next telemetry call) and
+writes atomic parts (``parts``) when a table reaches ``flush_rows``,
 when the oldest pending batch is ``flush_seconds`` old, at ``step_end``/``flush`` and at
 ``close``. The writer is *not* woken per batch: it wakes on a control message (row threshold,
 time threshold seen by ``emit``, step-end flush, full buffer, ``flush``, ``close``) or on its own
 timer (a quarter of ``flush_seconds``, for when training stalls), so the training thread does
 not hand the GIL to it ~10 times a step. Backpressure: at most ``queue_max_batches`` batches
 wait in the buffer; then ``emit`` wakes the writer and blocks until it has drained (nothing is
-dropped). The hand-off uses ``collections.deque`` appends and ``queue.SimpleQueue`` only
+dropped). With ``config.check_on_emit`` the training thread converts and validates inside
+``emit`` instead, and errors raise at the call site. The hand-off uses ``collections.deque`` appends and ``queue.SimpleQueue`` only
 (reentrant C code), so ``close`` is safe inside a signal handler.
 Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close).
 """
@@ -32,8 +36,9 @@ from typing import Any
 import pyarrow as pa
 
 from observability.config import TelemetryConfig
+from observability.merge import merge_batches, snapshot
 from observability.parts import PartWriter
-from observability.records import build_table
+from observability.records import build_table, check_batch
 from observability.schema import SCHEMA_VERSION, table_spec
 
 RUN_INFO_KEYS = (
@@ -52,6 +57,26 @@ RUN_INFO_KEYS = (
 """Keys ``run_info`` may hold (the ``runs`` columns the caller knows; the rest are the sink's)."""
 
 _STOP, _FLUSH, _ROWS, _TICK = "stop", "flush", "rows", "tick"
+
+
+def _lower_this_threads_priority() -> None:
+    """Put the calling thread in Linux's ``SCHED_IDLE`` class: it runs only on CPU time no other
+    thread wants, so converting and writing never preempt the training thread or torch's
+    intra-op workers (whose parallel regions wait for their slowest thread). Where training
+    leaves no idle CPU, ``emit``'s backpressure blocks the training thread, which frees one.
+    No-op where the OS has no ``SCHED_IDLE``."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread
+        except OSError:
+            pass
+
+
+class RejectedBatch(ValueError):
+    """A batch the background writer refused (its message names table, column and sample),
+    raised on the training thread by the first telemetry call after the writer saw it."""
+
+
 _CLOSE_TIMEOUT_S = 120.0
 
 
@@ -101,7 +126,8 @@ class DuckDBTelemetry:
         self._parts = PartWriter(run_dir, rank=rank)
         self._started_at = time.time()
         self._last_step_flush = float("-inf")
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # a failed part write: the sink is broken
+        self._rejected: collections.deque = collections.deque()  # batches the writer refused
         self._closed = False
         self._data: queue.SimpleQueue = queue.SimpleQueue()  # control messages to the writer
         self._buffer: collections.deque = collections.deque()  # (monotonic time, table, batch)
@@ -122,19 +148,22 @@ class DuckDBTelemetry:
     # -- training-thread API ------------------------------------------------------------------
 
     def emit(self, table: str, columns: Mapping[str, Any]) -> None:
-        """Validate and queue one columnar batch for ``table``; blocks while the queue is full."""
+        """Queue one columnar batch for ``table``; blocks while the queue is full.
+
+        Structural errors (unknown table or column, missing required column, unequal lengths)
+        raise here. Values are converted and validated here too with ``config.check_on_emit``;
+        otherwise by the writer, and a rejected batch raises at the next call (``RejectedBatch``).
+        """
         self._check_open()
         if table == "runs":
             raise ValueError("telemetry table 'runs' is written by the sink (use run_info)")
-        batch = build_table(
-            table,
-            columns,
-            run_id=self.run_id,
-            rank=self.rank,
-            vocab_size=self.vocab_size,
-            token_sample_rate=self.config.token_sample_rate,
-        )
-        if batch.num_rows == 0:
+        if self.config.check_on_emit:
+            batch: pa.Table | dict = self._build(table, columns)
+            n = batch.num_rows
+        else:
+            n = check_batch(table, columns)[1]
+            batch = snapshot(table, columns)
+        if n == 0:
             return
         try:
             self._slots.get_nowait()
@@ -149,9 +178,9 @@ class DuckDBTelemetry:
                     if not self._thread.is_alive():
                         raise RuntimeError("telemetry writer thread is gone") from None
         now = time.monotonic()
-        self._buffer.append((now, table, batch))
+        self._buffer.append((now, table, batch, n))
         self._appended += 1
-        rows = self._buffered_rows.get(table, 0) + batch.num_rows
+        rows = self._buffered_rows.get(table, 0) + n
         self._buffered_rows[table] = rows
         if self._oldest is None:
             self._oldest = now
@@ -185,12 +214,15 @@ class DuckDBTelemetry:
         if not done.wait(timeout):
             raise RuntimeError(f"telemetry flush did not finish within {timeout} s")
         self._raise_if_failed()
+        self._raise_rejected()
 
     def close(self, status: str = "finished") -> None:
         """Flush, stop the writer, record ``status`` (``finished``/``failed``); idempotent.
 
         On ``finished``, rank 0 compacts the run when ``config.compact_on_close``. Safe to call
-        from a signal handler. Raises RuntimeError afterwards if a background write had failed.
+        from a signal handler. Raises RuntimeError afterwards if a background write had failed,
+        and ``RejectedBatch`` if the writer refused a batch no call has reported yet (the run is
+        then recorded ``failed``: the program never saw that its rows were refused).
         """
         if status not in ("finished", "failed"):
             raise ValueError(
@@ -206,7 +238,7 @@ class DuckDBTelemetry:
             warnings.warn(
                 "telemetry writer did not stop in time; pending rows may be lost", stacklevel=2
             )
-        if self._error is not None:
+        if self._error is not None or self._rejected:
             status = "failed"
         self._write_run_row(status, ended_at=time.time())
         if status == "finished" and self.rank == 0 and self.config.compact_on_close:
@@ -217,6 +249,7 @@ class DuckDBTelemetry:
             except Exception as e:  # the parts are complete; compaction can be rerun by hand
                 warnings.warn(f"telemetry compaction of {self.run_dir} failed: {e}", stacklevel=2)
         self._raise_if_failed()
+        self._raise_rejected()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -230,6 +263,51 @@ class DuckDBTelemetry:
         self._raise_if_failed()
         if self._closed:
             raise RuntimeError(f"telemetry for run {self.run_id!r} is closed")
+        self._raise_rejected()
+
+    def _raise_rejected(self) -> None:
+        """Raise (once) the first batch the writer rejected since the last call."""
+        if not self._rejected:
+            return
+        errors = []
+        while self._rejected:
+            errors.append(self._rejected.popleft())
+        more = f" ({len(errors) - 1} more batches rejected)" if len(errors) > 1 else ""
+        raise RejectedBatch(
+            f"{errors[0]}{more} [rejected by the background writer; the batch was emitted before "
+            "this call, nothing else was lost]"
+        ) from errors[0]
+
+    def _build(self, table: str, columns: Mapping[str, Any]) -> pa.Table:
+        return build_table(
+            table,
+            columns,
+            run_id=self.run_id,
+            rank=self.rank,
+            vocab_size=self.vocab_size,
+            token_sample_rate=self.config.token_sample_rate,
+        )
+
+    def _convert(self, table: str, batches: list) -> list[pa.Table]:
+        """The writer's conversion of a table's pending batches (tables, or snapshots to convert:
+        joined and converted in one call when possible, else one by one so that only a bad
+        batch is rejected)."""
+        raw = [b for b in batches if isinstance(b, dict)]
+        out = [b for b in batches if not isinstance(b, dict)]
+        if not raw:
+            return out
+        merged = merge_batches(table_spec(table), raw)
+        if merged is not None:
+            try:
+                return out + [self._build(table, merged)]
+            except Exception:  # noqa: BLE001 - find the offending batch below
+                pass
+        for columns in raw:
+            try:
+                out.append(self._build(table, columns))
+            except Exception as e:  # noqa: BLE001 - surfaced to the training thread
+                self._rejected.append(e)
+        return out
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -258,6 +336,8 @@ class DuckDBTelemetry:
         self._parts.write(batch, table_spec("runs"))
 
     def _loop(self) -> None:
+        if self.config.writer_priority == "idle":
+            _lower_this_threads_priority()
         pending: dict[str, list[pa.Table]] = {}
         rows: dict[str, int] = {}
         oldest: float | None = None  # emit time of the oldest pending batch
@@ -265,8 +345,9 @@ class DuckDBTelemetry:
         drained = 0
 
         def write(table: str) -> None:
-            batches = pending.pop(table, [])
+            batches = self._convert(table, pending.pop(table, []))
             rows.pop(table, None)
+            batches = [b for b in batches if b.num_rows]
             if batches:
                 try:
                     self._parts.write(pa.concat_tables(batches), table_spec(table))
@@ -280,11 +361,11 @@ class DuckDBTelemetry:
             except queue.Empty:
                 kind, upto, payload = _TICK, None, None
             while self._buffer and (upto is None or drained < upto):  # popleft is atomic
-                t, table, batch = self._buffer.popleft()
+                t, table, batch, n = self._buffer.popleft()
                 drained += 1
                 self._slots.put(None)
                 pending.setdefault(table, []).append(batch)
-                rows[table] = rows.get(table, 0) + batch.num_rows
+                rows[table] = rows.get(table, 0) + n
                 oldest = t if oldest is None else min(oldest, t)
             if kind == _ROWS:
                 for name in [n for n, r in rows.items() if r >= self.config.flush_rows]:

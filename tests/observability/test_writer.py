@@ -10,6 +10,7 @@ from observability import DuckDBTelemetry, TelemetryConfig, open_run
 from observability.parts import list_parts
 from observability.records import build_table
 from observability.schema import TABLES
+from observability.writer import RejectedBatch
 from tests.observability.fakes import VOCAB, valid_columns
 
 FAST = TelemetryConfig(flush_seconds=0.05, compact_on_close=False)
@@ -113,21 +114,65 @@ def test_backpressure_blocks_instead_of_dropping(tmp_path, monkeypatch):
     assert open_run(tmp_path / "run").execute("SELECT count(*) FROM samples").fetchall() == [(12,)]
 
 
-def test_rejected_batch_keeps_earlier_data_and_the_writer_working(tmp_path):
-    tel = sink(tmp_path)
+@pytest.mark.parametrize("check_on_emit", [True, False], ids=["on_emit", "in_writer"])
+def test_rejected_batch_keeps_earlier_data_and_the_writer_working(tmp_path, check_on_emit):
+    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, check_on_emit=check_on_emit))
     good = valid_columns(TABLES["tokens"], 4)
     tel.emit("tokens", good)
     bad = dict(good, train_logp=np.array([-1, np.nan, -1, -1], dtype=np.float32))
-    with pytest.raises(
-        ValueError, match=r"'tokens' column 'train_logp': not finite at row 1 \(sample_id 1\)"
-    ):
+    message = r"'tokens' column 'train_logp': not finite at row 1 \(sample_id 1\)"
+    if check_on_emit:  # raises at the call site
+        with pytest.raises(ValueError, match=message):
+            tel.emit("tokens", bad)
+    else:  # queued; the writer rejects it (alone) and the next call reports it, once
         tel.emit("tokens", bad)
+        tel.emit("tokens", valid_columns(TABLES["tokens"], 4, start_id=8))
+        with pytest.raises(RejectedBatch, match=message + ".*background writer"):
+            tel.flush()
+        tel.flush()
     tel.emit("tokens", valid_columns(TABLES["tokens"], 4, start_id=4))
     tel.close()
     con = open_run(tmp_path / "run")
     assert con.execute("SELECT count(*), count(DISTINCT sample_id) FROM tokens").fetchall() == [
-        (8, 8)
+        (8, 8) if check_on_emit else (12, 12)
     ]
+    assert con.execute("SELECT status FROM runs").fetchall() == [("finished",)]
+
+
+def test_unreported_rejection_fails_the_run_at_close(tmp_path):
+    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, compact_on_close=False))
+    good = valid_columns(TABLES["tokens"], 4)
+    tel.emit("tokens", good)
+    tel.emit("tokens", dict(good, token_id=np.array([0, 1, VOCAB, 2]), sample_id=np.arange(4, 8)))
+    with pytest.raises(RejectedBatch, match=r"'token_id'.*sample_id 6"):
+        tel.close()
+    con = open_run(tmp_path / "run")
+    assert con.execute("SELECT count(*) FROM tokens").fetchall() == [(4,)]
+    assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
+
+
+def test_structural_errors_raise_at_emit_in_either_mode(tmp_path):
+    tel = sink(tmp_path)
+    good = valid_columns(TABLES["tokens"], 4)
+    with pytest.raises(ValueError, match="unknown columns \\['tokn_id'\\]"):
+        tel.emit("tokens", dict(good, tokn_id=good["token_id"]))
+    with pytest.raises(ValueError, match="different lengths"):
+        tel.emit("tokens", dict(good, pos=np.arange(3)))
+    with pytest.raises(ValueError, match="missing required columns \\['token_id'\\]"):
+        tel.emit("tokens", {k: v for k, v in good.items() if k != "token_id"})
+    tel.close()
+
+
+def test_caller_may_reuse_its_buffers_after_emit(tmp_path):
+    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, compact_on_close=False))
+    cols = valid_columns(TABLES["tokens"], 4)
+    expected = cols["train_logp"].copy()
+    tel.emit("tokens", cols)
+    cols["train_logp"][:] = np.nan  # the caller reuses its buffer for the next step
+    cols["role"][0] = "not-a-role"
+    tel.close()
+    got = open_run(tmp_path / "run").execute("SELECT train_logp FROM tokens ORDER BY sample_id")
+    np.testing.assert_allclose([r[0] for r in got.fetchall()], expected, rtol=1e-6)
 
 
 def test_background_failure_surfaces_and_marks_the_run_failed(tmp_path, monkeypatch):
@@ -169,3 +214,36 @@ def test_close_compacts_on_rank_zero(tmp_path):
     tel.close()
     assert (tmp_path / "run" / "telemetry.duckdb").is_file()
     assert open_run(tmp_path / "run").execute("SELECT count(*) FROM samples").fetchall() == [(3,)]
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"token_sample_rate": 1.5}, "token_sample_rate must be in \\[0, 1\\]"),
+        ({"flush_rows": 0}, "flush_rows must be an int >= 1"),
+        ({"writer_priority": "low"}, "writer_priority must be one of \\['idle', 'normal'\\]"),
+        ({"check_on_emit": "yes"}, "check_on_emit must be true or false"),
+    ],
+)
+def test_config_errors_name_the_field_and_range(kw, message):
+    with pytest.raises(ValueError, match=message):
+        TelemetryConfig(**kw)
+    with pytest.raises(ValueError, match="unknown telemetry config keys \\['flush_row'\\]"):
+        TelemetryConfig.from_dict({"flush_row": 3})
+
+
+def test_idle_writer_thread_runs_in_sched_idle(tmp_path):
+    import os
+    import threading
+
+    tel = sink(tmp_path)
+    tel.emit("samples", valid_columns(TABLES["samples"], 1))
+    tel.flush()
+    policy = os.sched_getscheduler(tel._thread.native_id)
+    assert policy == os.SCHED_IDLE and threading.get_native_id() != tel._thread.native_id
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's thread keeps its class
+    tel.close()
+    normal = sink(tmp_path, name="normal", config=TelemetryConfig(writer_priority="normal"))
+    normal.flush()
+    assert os.sched_getscheduler(normal._thread.native_id) == os.SCHED_OTHER
+    normal.close()
