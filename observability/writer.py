@@ -1,7 +1,8 @@
 """``DuckDBTelemetry``: the ``--telemetry duckdb`` sink — validated batches, background Parquet writes.
 
 The training thread checks a batch's structure (table, columns, lengths: ``records.check_batch``),
-snapshots it (``merge.snapshot``) and appends it to a hand-off buffer; one background thread moves
+snapshots it (``merge.snapshot``; large batches are converted right away, see ``defer_rows``)
+and appends it to a hand-off buffer; one background thread moves
 buffered batches into per-table pending lists and, at flush time, converts and validates each
 table's batches in one call (``merge.merge_batches`` + ``records.build_table``; a batch that fails
 is rejected alone and raises ``RejectedBatch`` at the training thread's next telemetry call) and
@@ -12,8 +13,8 @@ time threshold seen by ``emit``, step-end flush, full buffer, ``flush``, ``close
 timer (a quarter of ``flush_seconds``, for when training stalls), so the training thread does
 not hand the GIL to it ~10 times a step. Backpressure: at most ``queue_max_batches`` batches
 wait in the buffer; then ``emit`` wakes the writer and blocks until it has drained (nothing is
-dropped). With ``config.check_on_emit`` the training thread converts and validates inside
-``emit`` instead, and errors raise at the call site. The hand-off uses ``collections.deque`` appends and ``queue.SimpleQueue`` only
+dropped). Batches above ``config.defer_rows`` rows (0: all) are converted and validated inside
+``emit`` instead, and their errors raise at the call site. The hand-off uses ``collections.deque`` appends and ``queue.SimpleQueue`` only
 (reentrant C code), so ``close`` is safe inside a signal handler.
 Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close).
 """
@@ -151,17 +152,18 @@ class DuckDBTelemetry:
         """Queue one columnar batch for ``table``; blocks while the queue is full.
 
         Structural errors (unknown table or column, missing required column, unequal lengths)
-        raise here. Values are converted and validated here too with ``config.check_on_emit``;
-        otherwise by the writer, and a rejected batch raises at the next call (``RejectedBatch``).
+        raise here. Values of a batch above ``config.defer_rows`` rows are converted and validated
+        here too; smaller batches by the writer, and a rejected one raises at the next call
+        (``RejectedBatch``).
         """
         self._check_open()
         if table == "runs":
             raise ValueError("telemetry table 'runs' is written by the sink (use run_info)")
-        if self.config.check_on_emit:
+        n = check_batch(table, columns)[1]
+        if n > self.config.defer_rows:
             batch: pa.Table | dict = self._build(table, columns)
             n = batch.num_rows
         else:
-            n = check_batch(table, columns)[1]
             batch = snapshot(table, columns)
         if n == 0:
             return

@@ -114,9 +114,10 @@ def test_backpressure_blocks_instead_of_dropping(tmp_path, monkeypatch):
     assert open_run(tmp_path / "run").execute("SELECT count(*) FROM samples").fetchall() == [(12,)]
 
 
-@pytest.mark.parametrize("check_on_emit", [True, False], ids=["on_emit", "in_writer"])
-def test_rejected_batch_keeps_earlier_data_and_the_writer_working(tmp_path, check_on_emit):
-    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, check_on_emit=check_on_emit))
+@pytest.mark.parametrize("defer_rows", [0, 3, 4], ids=["on_emit", "large_on_emit", "in_writer"])
+def test_rejected_batch_keeps_earlier_data_and_the_writer_working(tmp_path, defer_rows):
+    check_on_emit = defer_rows < 4  # batches of 4 rows
+    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, defer_rows=defer_rows))
     good = valid_columns(TABLES["tokens"], 4)
     tel.emit("tokens", good)
     bad = dict(good, train_logp=np.array([-1, np.nan, -1, -1], dtype=np.float32))
@@ -222,7 +223,7 @@ def test_close_compacts_on_rank_zero(tmp_path):
         ({"token_sample_rate": 1.5}, "token_sample_rate must be in \\[0, 1\\]"),
         ({"flush_rows": 0}, "flush_rows must be an int >= 1"),
         ({"writer_priority": "low"}, "writer_priority must be one of \\['idle', 'normal'\\]"),
-        ({"check_on_emit": "yes"}, "check_on_emit must be true or false"),
+        ({"defer_rows": -1}, "defer_rows must be an int >= 0"),
     ],
 )
 def test_config_errors_name_the_field_and_range(kw, message):
