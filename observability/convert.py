@@ -127,11 +127,12 @@ def _list_fast(values: list, spec: ColumnSpec) -> pa.Array | None:
     path (convert, then cast), which names the offending row. Non-int values for an integer column
     go there too: pyarrow would truncate a Python float silently.
     """
-    if pa.types.is_integer(spec.type) and not all(
-        type(v) is int or v is None for v in values
-    ):  # pyarrow truncates Python floats into integer types silently (1.5 -> 1)
-        return None
     try:
+        if pa.types.is_integer(spec.type):  # infer first: pyarrow truncates Python floats
+            arr = pa.array(values)  # into integer types silently (1.5 -> 1); bools infer bool
+            if not (pa.types.is_integer(arr.type) or pa.types.is_null(arr.type)):
+                return None
+            return arr.cast(spec.type)  # a safe cast: overflow raises
         return pa.array(values, type=spec.type)
     except (pa.ArrowException, OverflowError, TypeError, ValueError):
         return None
