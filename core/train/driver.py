@@ -85,7 +85,10 @@ def run_training(
             summary["eval_accuracy_end"],
         )
     except BaseException:
-        sink.close("failed")
+        try:
+            sink.close("failed")
+        except Exception as e:  # keep the training error; report the telemetry one
+            log.warning("telemetry close after a failed run raised: %s", e)
         raise
     finally:
         if bar is not None:
