@@ -21,13 +21,14 @@ kernel emulation (``rollout.topk_mode``); the actor always selects deterministic
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import nn
 
 from core.model.config import ModelConfig
-from core.model.dsa import DSAConfig, Indexer, sparse_attention
+from core.model.dsa import DSAConfig, Indexer, indexer_kl_loss, sparse_attention
 from core.model.dsa_select import TopkSelection, select_topk
 
 INDEXER_PARAMS = ("wq", "wk", "head_weights")
@@ -156,6 +157,10 @@ class ActorDSA(nn.Module):
             head_dim=head_dim,
             generator=torch.Generator().manual_seed(seed),
         )
+        self.warmup = False
+        """Dense warm-up mode (``core.model.dsa_warmup``): attend densely and leave the indexer's
+        KL to the main attention in ``warmup_loss``."""
+        self.warmup_loss: torch.Tensor | None = None
 
     def forward(
         self,
@@ -169,7 +174,21 @@ class ActorDSA(nn.Module):
         RoPE is applied already; selection is in the slot space)."""
         del pos
         q_idx = torch.arange(q.shape[1], device=q.device)  # [T]
-        return padded_dsa_attend(q, k, v, q_idx, key_valid, self.indexer, self.cfg)
+        if not self.warmup:
+            return padded_dsa_attend(q, k, v, q_idx, key_valid, self.indexer, self.cfg)
+        dense = dataclasses.replace(self.cfg, topk=k.shape[1], topk_mode="deterministic")
+        out, sel = padded_dsa_attend(q, k, v, q_idx, key_valid, self.indexer, dense)
+        scores = self.indexer.scores(q.detach(), k.detach())  # [B, T, T], grads to the indexer
+        self.warmup_loss, _ = indexer_kl_loss(
+            scores,
+            q.detach(),
+            k.detach(),
+            q_idx,
+            scale=1.0 / math.sqrt(q.shape[-1]),
+            sel=sel,  # every allowed key: real, causal (and the query's own slot)
+            query_mask=key_valid,
+        )
+        return out, sel
 
 
 def actor_dsa_factory(cfg: ModelConfig, *, seed: int):

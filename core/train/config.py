@@ -53,6 +53,12 @@ class TrainConfig:
     """Probe batch size for the weight-sync log-prob check."""
     routing_replay: bool = False
     """MoE routing replay: the actor's MoE layers use the rollout's recorded routes."""
+    dsa_warmup_steps: int = 0
+    """DSA dense warm-up before RL (``core.model.dsa_warmup``): Adam steps training the indexers
+    to match the main attention, 64 prompt + reference-answer sequences each (needs
+    ``model.dsa_topk > 0``; 0 = keep the seeded indexers)."""
+    dsa_warmup_lr: float = 1e-3
+    """Learning rate of the DSA warm-up (> 0)."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:
@@ -63,3 +69,9 @@ class TrainConfig:
             raise ValueError(f"train.eval_size={self.eval_size} must be >= 1")
         if self.probe_size < 1:
             raise ValueError(f"train.probe_size={self.probe_size} must be >= 1")
+        if not (isinstance(self.dsa_warmup_steps, int) and self.dsa_warmup_steps >= 0):
+            raise ValueError(
+                f"train.dsa_warmup_steps={self.dsa_warmup_steps!r} must be an int >= 0"
+            )
+        if not self.dsa_warmup_lr > 0:
+            raise ValueError(f"train.dsa_warmup_lr={self.dsa_warmup_lr} must be > 0")

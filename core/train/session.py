@@ -14,6 +14,7 @@ import torch
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
 from core.model.dsa_engines import engine_dsa
+from core.model.dsa_warmup import warmup_indexers
 from core.model.upcycle import sparse_from_dense
 from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine, left_pad
@@ -66,6 +67,7 @@ class Session:
         )
         self.quant.attach(self.actor)
         self.actor.load_weights(sparse_from_dense(weights, self.actor, seed=cfg.train.seed))
+        self.dsa_warmup_kl = self._dsa_warmup(cfg.train.dsa_warmup_steps, cfg.train.dsa_warmup_lr)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in self.actor.parameters() if p.requires_grad],
@@ -102,6 +104,27 @@ class Session:
         self.sampling_record = dataclasses.asdict(cfg.rollout.sampling()) | {"seed": cfg.train.seed}
         self.probe_batch = self._probe_batch(cfg.train.probe_size)
         self.last_sync = self.sync()
+
+    def _dsa_warmup(self, steps: int, lr: float) -> list[float]:
+        """Train the indexers on prompt + reference-answer sequences (seeds apart from RL's)."""
+        if steps == 0:
+            return []
+        if self.model_cfg.dsa_topk == 0:
+            raise ValueError("train.dsa_warmup_steps > 0 needs DSA: set model.dsa_topk > 0")
+
+        def batches():
+            for i in range(steps):
+                problems = make_prompts(64, seed=2_000_003 + i, cfg=self.cfg.task)
+                yield left_pad(
+                    [
+                        encode_prompt(p.question, tok=self.tok)
+                        + encode_response(p.answer, tok=self.tok)
+                        for p in problems
+                    ],
+                    self.tok.pad_id,
+                )
+
+        return warmup_indexers(self.actor, batches(), lr=lr)
 
     def _probe_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Fixed probe sequences: prompt + reference answer of seeded problems."""
