@@ -1,7 +1,7 @@
 """Telemetry benchmarks, measured side by side in one process.
 
 Section ``ingest``: ``DuckDBTelemetry`` ingest from loop-native numpy columns (convert + validate
-on the calling thread, atomic LZ4 parts with fsync on the background thread) vs raw
+on the calling thread, atomic zstd parts with fsync on the background thread) vs raw
 ``pyarrow.parquet.write_table`` (no fsync) of the same Arrow batches with the same file settings;
 prints absolute rows/s and the ratio (goal >= 0.8). ``os.sync()`` runs between timed sections.
 Section ``step_time``: training step time with ``--telemetry duckdb`` vs ``none`` on the default
@@ -96,7 +96,7 @@ def section_ingest(args: argparse.Namespace) -> None:
             writer_s.append(w)
             emit_s.append(e)
     raw, writer, emit = (statistics.median(x) for x in (raw_s, writer_s, emit_s))
-    print(f"## ingest: {args.batches} x {args.rows:,} token rows, LZ4, median of {args.repeats}")
+    print(f"## ingest: {args.batches} x {args.rows:,} token rows, zstd, median of {args.repeats}")
     print(f"raw pyarrow.parquet.write_table : {total / raw / 1e6:6.2f} M rows/s")
     print(f"DuckDBTelemetry (emit..close)   : {total / writer / 1e6:6.2f} M rows/s")
     print(f"ratio writer / raw              : {raw / writer:6.2f}x   (goal >= 0.8)")

@@ -4,8 +4,8 @@ Layout: ``RUN_DIR/telemetry/<table>/part-r<rank>-<writer>-<seq>.parquet`` (immut
 visible), ``RUN_DIR/telemetry/manifest.json`` and ``RUN_DIR/telemetry.duckdb`` (compaction).
 A part is written under a hidden ``.tmp`` name, fsynced, renamed into place and the directory
 fsynced, so readers see whole files or nothing. ``<writer>`` is unique per writer object (pid +
-random), so ranks, processes and restarts never collide. Files: LZ4, dictionary encoding only
-for the schema's low-cardinality columns.
+random), so ranks, processes and restarts never collide. Files: LZ4 below ``SMALL_PART_ROWS``
+rows, zstd above, dictionary encoding only for the schema's low-cardinality columns.
 """
 
 from __future__ import annotations
@@ -25,11 +25,14 @@ TELEMETRY_DIR = "telemetry"
 DB_NAME = "telemetry.duckdb"
 MANIFEST_NAME = "manifest.json"
 PART_GLOB = "part-*.parquet"
-COMPRESSION = "lz4"
-"""Live parts are LZ4 (Parquet ``LZ4_RAW``): measured on a flush of the tiny loop's tables it
-writes 14% faster than zstd above 4,096 rows with uncompressed parts below (and files as small
-as zstd's for ``tokens``); compaction re-encodes everything in DuckDB anyway
-(``benchmarks/README.md``)."""
+COMPRESSION = "zstd"
+SMALL_COMPRESSION = "lz4"
+SMALL_PART_ROWS = 65_536
+"""Parts with fewer rows — the training loop's flushes every ~2 s — are LZ4 (Parquet
+``LZ4_RAW``): on a flush of the tiny loop's tables it writes 14% faster than the zstd /
+uncompressed mix it replaced, with files as small as zstd's for ``tokens``. Larger parts (GLM-
+scale steps, the ingest benchmark) are zstd, whose better ratio matters there and whose set-up
+cost does not (``benchmarks/README.md``)."""
 
 
 def telemetry_dir(run_dir: str | os.PathLike) -> Path:
@@ -44,9 +47,14 @@ def resolve_run_dir(path: str | os.PathLike) -> Path:
     return p
 
 
-def parquet_options(spec: TableSpec) -> dict:
-    """``pq.write_table`` keyword arguments shared by the writer and the benchmark."""
-    return {"compression": COMPRESSION, "use_dictionary": spec.dictionary_columns}
+def parquet_options(spec: TableSpec, num_rows: int | None = None) -> dict:
+    """``pq.write_table`` keyword arguments shared by the writer and the benchmark (a part of
+    ``num_rows`` rows; None: a large one)."""
+    small = num_rows is not None and num_rows < SMALL_PART_ROWS
+    return {
+        "compression": SMALL_COMPRESSION if small else COMPRESSION,
+        "use_dictionary": spec.dictionary_columns,
+    }
 
 
 def fsync_file(path: Path) -> None:
@@ -92,7 +100,7 @@ class PartWriter:
         name = f"part-r{self.rank:04d}-{self.writer_id}-{seq:07d}.parquet"
         final = self.root / spec.name / name
         tmp = final.with_name(f".{name}.tmp")
-        opts = parquet_options(spec)
+        opts = parquet_options(spec, table.num_rows)
         pq.write_table(table, str(tmp), **opts)  # native file: no GIL per write
         fsync_file(tmp)
         os.replace(tmp, final)
