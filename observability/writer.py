@@ -1,21 +1,21 @@
 """``DuckDBTelemetry``: the ``--telemetry duckdb`` sink — validated batches, background Parquet writes.
 
 The training thread checks a batch's structure (table, columns, lengths: ``records.check_batch``),
-snapshots it (``merge.snapshot``; large batches are converted right away, see ``defer_rows``)
-and appends it to a hand-off buffer; one background thread moves
+snapshots it (``merge.snapshot``) and appends it to a hand-off buffer. One background thread moves
 buffered batches into per-table pending lists and, at flush time, converts and validates each
 table's batches in one call (``merge.merge_batches`` + ``records.build_table``; a batch that fails
-is rejected alone and raises ``RejectedBatch`` at the training thread's next telemetry call) and
-writes atomic parts (``parts``) when a table reaches ``flush_rows``,
-when the oldest pending batch is ``flush_seconds`` old, at ``step_end``/``flush`` and at
-``close``. The writer is *not* woken per batch: it wakes on a control message (row threshold,
-time threshold seen by ``emit``, step-end flush, full buffer, ``flush``, ``close``) or on its own
-timer (a quarter of ``flush_seconds``, for when training stalls), so the training thread does
-not hand the GIL to it ~10 times a step. Backpressure: at most ``queue_max_batches`` batches
-wait in the buffer; then ``emit`` wakes the writer and blocks until it has drained (nothing is
-dropped). Batches above ``config.defer_rows`` rows (0: all) are converted and validated inside
-``emit`` instead, and their errors raise at the call site. The hand-off uses ``collections.deque`` appends and ``queue.SimpleQueue`` only
-(reentrant C code), so ``close`` is safe inside a signal handler.
+is rejected alone and raises ``RejectedBatch`` at the training thread's next telemetry call), then
+writes atomic parts (``parts``). Batches above ``config.defer_rows`` rows (0: all) are instead
+converted and validated inside ``emit``, and their errors raise at the call site.
+Flushes happen when a table reaches ``flush_rows``, when the oldest pending batch is
+``flush_seconds`` old, at ``step_end``/``flush`` and at ``close``. The writer is *not* woken per
+batch: it wakes on a control message (row threshold, time threshold seen by ``emit``, step-end
+flush, full buffer, ``flush``, ``close``) or on its own timer (a quarter of ``flush_seconds``, for
+when training stalls), so the training thread does not hand the GIL to it ~10 times a step.
+Backpressure: at most ``queue_max_batches`` batches wait in the buffer; then ``emit`` wakes the
+writer and blocks until it has drained (nothing is dropped). The hand-off uses
+``collections.deque`` appends and ``queue.SimpleQueue`` only (reentrant C code), so ``close`` is
+safe inside a signal handler.
 Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close).
 """
 
@@ -58,6 +58,7 @@ RUN_INFO_KEYS = (
 """Keys ``run_info`` may hold (the ``runs`` columns the caller knows; the rest are the sink's)."""
 
 _STOP, _FLUSH, _ROWS, _TICK = "stop", "flush", "rows", "tick"
+_CLOSE_TIMEOUT_S = 120.0
 
 
 def _lower_this_threads_priority() -> None:
@@ -76,9 +77,6 @@ def _lower_this_threads_priority() -> None:
 class RejectedBatch(ValueError):
     """A batch the background writer refused (its message names table, column and sample),
     raised on the training thread by the first telemetry call after the writer saw it."""
-
-
-_CLOSE_TIMEOUT_S = 120.0
 
 
 def _config_json(config: Any) -> str | None:
