@@ -21,7 +21,6 @@ kernel emulation (``rollout.topk_mode``); the actor always selects deterministic
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -176,19 +175,13 @@ class ActorDSA(nn.Module):
         q_idx = torch.arange(q.shape[1], device=q.device)  # [T]
         if not self.warmup:
             return padded_dsa_attend(q, k, v, q_idx, key_valid, self.indexer, self.cfg)
-        dense = dataclasses.replace(self.cfg, topk=k.shape[1], topk_mode="deterministic")
-        out, sel = padded_dsa_attend(q, k, v, q_idx, key_valid, self.indexer, dense)
+        scale = 1.0 / math.sqrt(q.shape[-1])
         scores = self.indexer.scores(q.detach(), k.detach())  # [B, T, T], grads to the indexer
+        sel = select_padded(scores.detach(), q_idx, key_valid, k=k.shape[1])  # every allowed key
         self.warmup_loss, _ = indexer_kl_loss(
-            scores,
-            q.detach(),
-            k.detach(),
-            q_idx,
-            scale=1.0 / math.sqrt(q.shape[-1]),
-            sel=sel,  # every allowed key: real, causal (and the query's own slot)
-            query_mask=key_valid,
+            scores, q.detach(), k.detach(), q_idx, scale=scale, sel=sel, query_mask=key_valid
         )
-        return out, sel
+        return sparse_attention(q, k, v, sel, scale=scale), sel  # dense attention
 
 
 def actor_dsa_factory(cfg: ModelConfig, *, seed: int):

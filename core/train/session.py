@@ -112,28 +112,21 @@ class Session:
         if self.model_cfg.dsa_topk == 0:
             raise ValueError("train.dsa_warmup_steps > 0 needs DSA: set model.dsa_topk > 0")
 
-        def batches():
-            for i in range(steps):
-                problems = make_prompts(64, seed=2_000_003 + i, cfg=self.cfg.task)
-                yield left_pad(
-                    [
-                        encode_prompt(p.question, tok=self.tok)
-                        + encode_response(p.answer, tok=self.tok)
-                        for p in problems
-                    ],
-                    self.tok.pad_id,
-                )
+        batches = (self._reference_batch(64, seed=2_000_003 + i) for i in range(steps))
+        return warmup_indexers(self.actor, batches, lr=lr)
 
-        return warmup_indexers(self.actor, batches(), lr=lr)
-
-    def _probe_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fixed probe sequences: prompt + reference answer of seeded problems."""
-        problems = make_prompts(n, seed=999_983, cfg=self.cfg.task)
+    def _reference_batch(self, n: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` seeded problems as prompt + reference answer, left-padded (ids, valid) [n, T]."""
+        problems = make_prompts(n, seed=seed, cfg=self.cfg.task)
         seqs = [
             encode_prompt(p.question, tok=self.tok) + encode_response(p.answer, tok=self.tok)
             for p in problems
         ]
         return left_pad(seqs, self.tok.pad_id)
+
+    def _probe_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed probe sequences: prompt + reference answer of seeded problems."""
+        return self._reference_batch(n, seed=999_983)
 
     def sync(self):
         self.last_sync = self.weight_sync.sync(self.actor, self.version, self.probe_batch)
