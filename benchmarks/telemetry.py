@@ -212,9 +212,12 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
         sinks.append(_AlternatingSink(real_open(*a, **kw), block, overlap=args.overlap))
         return sinks[-1]
 
-    cfg = driver.resolve_config(
-        None, ["train.eval_every=0", "train.eval_size=16"], steps=args.train_steps
-    )
+    overrides = [
+        "train.eval_every=0",
+        "train.eval_size=16",
+        f'telemetry.writer_priority="{args.writer_priority}"',
+    ]
+    cfg = driver.resolve_config(None, overrides, steps=args.train_steps)
     on_all, off_all, ratios, median_ratios = [], [], [], []
     with contextlib.ExitStack() as stack:
         driver.open_telemetry = alternating  # benchmark-only wrapper around our own factory
@@ -234,7 +237,7 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
     inside = sum(v for x in sinks for k, v in x.inside_s.items() if k >= warm) / len(on_all)
     q1, q3 = np.percentile(ratios, [25, 75])
     print(
-        f"step time, sink on/off in blocks of {block} steps"
+        f"step time, writer priority {args.writer_priority}, sink on/off in blocks of {block} steps"
         f"{' (sink flushes itself inside a block)' if args.overlap else ''}, {args.repeats} runs x "
         f"{args.train_steps - warm} steps: mean ratio, median over runs "
         f"{float(np.median(ratios)):.3f}x (IQR {q1:.3f}-{q3:.3f}; goal <= 1.02x)"
@@ -272,6 +275,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument(
         "--warmup-steps", type=int, default=None, help="step_time_ab: steps excluded (2 blocks)"
+    )
+    p.add_argument(
+        "--writer-priority",
+        choices=["idle", "normal"],
+        default=TelemetryConfig.writer_priority,
+        help="TelemetryConfig.writer_priority for the step_time_ab section",
     )
     p.add_argument("--section", choices=sorted(SECTIONS), action="append")
     args = p.parse_args(argv)

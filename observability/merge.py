@@ -12,13 +12,14 @@ when the merged batch fails validation, so only the offending batch is rejected.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from observability.convert import column_length, is_torch, torch_to_numpy
+from observability.convert import is_torch, torch_to_numpy
 from observability.schema import TableSpec
 
 
@@ -70,7 +71,7 @@ def merge_batches(spec: TableSpec, batches: list[dict[str, Any]]) -> dict[str, A
     for name in names:
         parts = [_part(b[name]) for b in batches]
         first = parts[0]
-        if first is None or any(column_length(p, spec.column(name)) is None for p in parts):
+        if any(p is None for p in parts):  # a scalar to broadcast
             return None
         if isinstance(first, np.ndarray):
             if not all(
@@ -84,7 +85,7 @@ def merge_batches(spec: TableSpec, batches: list[dict[str, Any]]) -> dict[str, A
         elif isinstance(first, list):
             if not all(isinstance(p, list) for p in parts):
                 return None
-            out[name] = [v for p in parts for v in p]
+            out[name] = list(itertools.chain.from_iterable(parts))
         else:
             if not all(isinstance(p, pa.Array) and p.type == first.type for p in parts):
                 return None

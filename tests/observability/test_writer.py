@@ -98,13 +98,13 @@ def test_backpressure_blocks_instead_of_dropping(tmp_path, monkeypatch):
     tel = sink(
         tmp_path, config=TelemetryConfig(queue_max_batches=1, flush_rows=1, compact_on_close=False)
     )
-    real_write = tel._parts.write
+    real_write = tel._writer.tables.parts.write
 
     def slow_write(table, spec):
         time.sleep(0.05)
         return real_write(table, spec)
 
-    monkeypatch.setattr(tel._parts, "write", slow_write)
+    monkeypatch.setattr(tel._writer.tables.parts, "write", slow_write)
     t0 = time.monotonic()
     for i in range(6):
         tel.emit("samples", valid_columns(TABLES["samples"], 2, start_id=2 * i))
@@ -182,7 +182,7 @@ def test_background_failure_surfaces_and_marks_the_run_failed(tmp_path, monkeypa
     def broken(table, spec):
         raise OSError("disk full")
 
-    monkeypatch.setattr(tel._parts, "write", broken)
+    monkeypatch.setattr(tel._writer.tables.parts, "write", broken)
     tel.emit("samples", valid_columns(TABLES["samples"], 2))
     with pytest.raises(RuntimeError, match="telemetry writer failed: disk full"):
         tel.flush()
@@ -240,11 +240,11 @@ def test_idle_writer_thread_runs_in_sched_idle(tmp_path):
     tel = sink(tmp_path)
     tel.emit("samples", valid_columns(TABLES["samples"], 1))
     tel.flush()
-    policy = os.sched_getscheduler(tel._thread.native_id)
-    assert policy == os.SCHED_IDLE and threading.get_native_id() != tel._thread.native_id
+    policy = os.sched_getscheduler(tel._writer.native_id())
+    assert policy == os.SCHED_IDLE and threading.get_native_id() != tel._writer.native_id()
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's thread keeps its class
     tel.close()
     normal = sink(tmp_path, name="normal", config=TelemetryConfig(writer_priority="normal"))
     normal.flush()
-    assert os.sched_getscheduler(normal._thread.native_id) == os.SCHED_OTHER
+    assert os.sched_getscheduler(normal._writer.native_id()) == os.SCHED_OTHER
     normal.close()
