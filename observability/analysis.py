@@ -11,8 +11,9 @@ reward's noise floored at the sampling error of a step's mean reward (from ``sam
 Suspects. Each candidate cause (``SIGNALS``) is a per-step level with a tolerance τ — the level
 at which the sign is no longer explained by a healthy run of this system. Engine-side levels
 (mismatch, masked fraction) use *clean* samples only — fresh (staleness 0), token-identical (no
-re-tokenized token) and with the same Top-k sets in both engines — so a sample explained by an
-upstream cause is not counted again as engine mismatch. Over the window before the onset (the
+re-tokenized token), with the same Top-k sets in both engines, and drawn from rollout weights
+without uncorrected quantization error (below ``quantization_error``'s τ) — so a sample
+explained by an upstream cause is not counted again as engine mismatch. Over the window before the onset (the
 whole run without one), with r the baseline run's largest per-step level (0 without a baseline):
     excess_t = max(level_t − r, 0) / τ,   strength = mean_t excess_t,
     first = first step with excess_t ≥ 1,  earliness = 1 − index(first) / len(window),
@@ -133,6 +134,17 @@ SIGNALS = (
 )
 """The candidate causes, in the order the suspects table lists ties."""
 
+_QUANT_BY_VERSION = """
+r AS (SELECT policy_version, tensor, max_abs_err, code_hash, scale_hash FROM qparams
+      WHERE run_id = $rid AND producer IN ('rollout_load', 'offline_real')),
+q AS (SELECT DISTINCT policy_version, tensor, code_hash, scale_hash FROM qparams
+      WHERE run_id = $rid AND producer = 'qat_fake'),
+v AS (SELECT r.policy_version, avg(CASE WHEN q.tensor IS NULL THEN r.max_abs_err ELSE 0 END) AS err
+      FROM r LEFT JOIN q ON q.policy_version = r.policy_version AND q.tensor = r.tensor
+        AND q.code_hash = r.code_hash AND q.scale_hash = r.scale_hash GROUP BY 1)"""
+
+_QUANT_TOLERANCE = next(s.tolerance for s in SIGNALS if s.name == "quantization_error")
+
 _TOPK_DIFF = """
   SELECT a.step, a.sample_id, (a.index_hash IS DISTINCT FROM b.index_hash) AS differs
   FROM topk a JOIN topk b ON a.sample_id = b.sample_id AND a.pos = b.pos
@@ -146,10 +158,14 @@ WITH t AS (
   FROM tokens WHERE run_id = $rid AND role = 'action'),
 k AS (SELECT sample_id, bool_or(differs) AS topk_differs FROM ({_TOPK_DIFF}) GROUP BY sample_id),
 f AS (SELECT sample_id, bool_or(retok) AS any_retok FROM t GROUP BY sample_id),
+{_QUANT_BY_VERSION},
 c AS (SELECT t.*, coalesce(s.staleness, 0) = 0 AND NOT f.any_retok
-                  AND NOT coalesce(k.topk_differs, false) AS clean
+                  AND NOT coalesce(k.topk_differs, false)
+                  AND coalesce(v.err, 0) < {_QUANT_TOLERANCE} AS clean
       FROM t JOIN f USING (sample_id) LEFT JOIN k USING (sample_id)
-      LEFT JOIN (SELECT sample_id, staleness FROM samples WHERE run_id = $rid) s USING (sample_id))
+      LEFT JOIN (SELECT sample_id, staleness, policy_version_rollout FROM samples
+                 WHERE run_id = $rid) s USING (sample_id)
+      LEFT JOIN v ON v.policy_version = s.policy_version_rollout)
 SELECT step, count(*) AS n_action, avg(retok::DOUBLE) AS retokenized_tokens,
        avg(abs(d)) FILTER (WHERE clean) AS train_rollout_mismatch,
        avg(d) FILTER (WHERE clean) AS mismatch_signed,
@@ -162,14 +178,8 @@ SELECT d.step, count(*) AS n_topk,
 FROM ({_TOPK_DIFF}) d LEFT JOIN samples s ON s.sample_id = d.sample_id AND s.run_id = $rid
 GROUP BY d.step"""
 
-_QUANT_LEVELS = """
-WITH r AS (SELECT policy_version, tensor, max_abs_err, code_hash, scale_hash FROM qparams
-           WHERE run_id = $rid AND producer IN ('rollout_load', 'offline_real')),
-q AS (SELECT DISTINCT policy_version, tensor, code_hash, scale_hash FROM qparams
-      WHERE run_id = $rid AND producer = 'qat_fake'),
-v AS (SELECT r.policy_version, avg(CASE WHEN q.tensor IS NULL THEN r.max_abs_err ELSE 0 END) AS err
-      FROM r LEFT JOIN q ON q.policy_version = r.policy_version AND q.tensor = r.tensor
-        AND q.code_hash = r.code_hash AND q.scale_hash = r.scale_hash GROUP BY 1)
+_QUANT_LEVELS = f"""
+WITH {_QUANT_BY_VERSION}
 SELECT s.step, avg(v.err) AS quantization_error FROM samples s
 JOIN v ON v.policy_version = s.policy_version_rollout WHERE s.run_id = $rid GROUP BY s.step"""
 

@@ -135,3 +135,46 @@ def test_resolve_run_id_needs_a_choice_with_several_runs():
     with pytest.raises(ValueError, match="has no steps"):
         A.resolve_run_id(con, "c")
     assert A.resolve_run_id(con, "b") == "b"
+
+
+def _mismatch_run(path, *, quantized: bool, qat: bool = False):
+    """A 6-step run of 4 fresh samples a step whose rollout log-probs are 0.5 nats off, with the
+    rollout's int4 qparams (max error 0.02 per tensor) and optionally matching QAT codes."""
+    from observability import DuckDBTelemetry, TelemetryConfig, open_run
+
+    tel = DuckDBTelemetry(path, config=TelemetryConfig(compact_on_close=False))
+    for step in range(6):
+        ids = np.arange(4 * step, 4 * step + 4)
+        tel.emit("steps", {"step": step, "policy_version": step, "mismatch_abs_mean": 0.5})
+        tel.emit("samples", {"step": step, "sample_id": ids, "policy_version_rollout": step,
+                             "staleness": 0, "status": "trained"})  # fmt: skip
+        tel.emit("tokens", {"step": step, "sample_id": np.repeat(ids, 3), "pos": np.tile([0, 1, 2], 4),
+                            "token_id": 7, "train_token_id": 7, "role": "action", "loss_mask": True,
+                            "train_logp": -1.0, "rollout_logp": -1.5, "trust_mask": True})  # fmt: skip
+        producers = (["rollout_load"] if quantized else []) + (["qat_fake"] if qat else [])
+        for producer in producers:
+            tel.emit("qparams", {"policy_version": step, "tensor": ["w1", "w2"], "producer": producer,
+                                 "bits": 4, "max_abs_err": 0.02, "code_hash": "c", "scale_hash": "s"})  # fmt: skip
+    tel.close()
+    return open_run(path)
+
+
+@pytest.mark.parametrize(
+    "quantized, qat, expected",
+    [
+        (False, False, "train_rollout_mismatch"),  # nothing upstream explains the mismatch
+        (True, False, "quantization_error"),  # weights the trainer never saw explain it
+        (True, True, "train_rollout_mismatch"),  # QAT saw the same codes: no upstream cause
+    ],
+)
+def test_uncorrected_quantization_explains_the_mismatch_it_causes(
+    tmp_path, quantized, qat, expected
+):
+    con = _mismatch_run(tmp_path / "run", quantized=quantized, qat=qat)
+    levels = A.suspect_levels(con)
+    assert A.rank_suspects(levels).iloc[0]["suspect"] == expected
+    mismatch = levels["train_rollout_mismatch"]
+    if quantized and not qat:  # the quantized samples are not clean: no engine mismatch left
+        assert mismatch.isna().all() and levels["quantization_error"].eq(0.02).all()
+    else:
+        assert mismatch.eq(0.5).all()
