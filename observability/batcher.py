@@ -98,7 +98,8 @@ class PendingTables:
             self.write(name)
         self.oldest = None
 
-    def _build(self, table: str, columns: Any) -> pa.Table:
+    def build(self, table: str, columns: Any) -> pa.Table:
+        """Convert and validate one batch of ``table`` (``records.build_table``)."""
         return build_table(
             table,
             columns,
@@ -118,12 +119,12 @@ class PendingTables:
         merged = merge_batches(table_spec(table), raw)
         if merged is not None:
             try:
-                return out + [self._build(table, merged)]
+                return out + [self.build(table, merged)]
             except Exception:  # noqa: BLE001 - find the offending batch below
                 pass
         for columns in raw:
             try:
-                out.append(self._build(table, columns))
+                out.append(self.build(table, columns))
             except Exception as e:  # noqa: BLE001 - surfaced to the training thread
                 self.on_reject(e)
         return out

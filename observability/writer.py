@@ -134,7 +134,7 @@ class DuckDBTelemetry:
             raise ValueError("telemetry table 'runs' is written by the sink (use run_info)")
         n = check_batch(table, columns)[1]
         if n > self.config.defer_rows:
-            batch: pa.Table | dict = self._build(table, columns)
+            batch: pa.Table | dict = self._writer.tables.build(table, columns)
             n = batch.num_rows
         else:
             batch = snapshot(table, columns)
@@ -222,16 +222,6 @@ class DuckDBTelemetry:
             f"{errors[0]}{more} [rejected by the background writer; the batch was emitted before "
             "this call, nothing else was lost]"
         ) from errors[0]
-
-    def _build(self, table: str, columns: Mapping[str, Any]) -> pa.Table:
-        return build_table(
-            table,
-            columns,
-            run_id=self.run_id,
-            rank=self.rank,
-            vocab_size=self.vocab_size,
-            token_sample_rate=self.config.token_sample_rate,
-        )
 
     def _collect(self) -> None:
         """Take over the writer's reports (rejected batches, a failed part write)."""
