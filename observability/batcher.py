@@ -1,10 +1,10 @@
 """``PendingTables``: the background writer's state — pending batches per table -> atomic parts.
 
 Batches arrive as snapshots (dicts of columns, converted here) or as Arrow tables (converted by
-``emit``). At flush time a table's
-snapshots are joined exactly (``merge.merge_batches``) and converted and validated in one
-``build_table`` call; if that fails they are converted one by one so that only the offending batch
-is rejected (``on_reject``). A failed part write is reported once through ``on_error``.
+``emit``). At flush time a table's snapshots are joined exactly (``merge.merge_batches``) and
+converted and validated in one ``build_table`` call; if that fails they are converted one by one
+so that only the offending batch is rejected (``on_reject``). A failed part write is reported
+through ``on_error`` (the sink keeps the first).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class PendingTables:
         self.pending: dict[str, list[Any]] = {}
         self.rows: dict[str, int] = {}
         self.oldest: float | None = None  # arrival time of the oldest pending batch
-        self.failed = False
 
     def add(self, table: str, batch: Any, n: int, t: float | None = None) -> None:
         """Queue a batch of ``n`` rows that arrived (or was emitted) at monotonic time ``t``."""
@@ -89,9 +88,7 @@ class PendingTables:
         try:
             self.parts.write(pa.concat_tables(batches), table_spec(table))
         except BaseException as e:  # surfaced to the training thread by its next call
-            if not self.failed:
-                self.failed = True
-                self.on_error(e)
+            self.on_error(e)
 
     def write_all(self) -> None:
         for name in list(self.pending):
