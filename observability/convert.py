@@ -37,7 +37,7 @@ def torch_to_numpy(t: Any, where: str) -> np.ndarray:
     return t.numpy()
 
 
-def column_length(values: Any, spec: ColumnSpec) -> int | None:
+def column_length(values: Any) -> int | None:
     """Rows in ``values``, or None for a scalar that will be broadcast."""
     if values is None or isinstance(values, _SCALARS):
         return None
@@ -146,7 +146,7 @@ def to_arrow(values: Any, spec: ColumnSpec, n: int, where: str) -> pa.Array:
     """
     if values is None:
         return pa.nulls(n, type=spec.type)
-    if column_length(values, spec) is None:  # scalar: convert once, then broadcast
+    if column_length(values) is None:  # scalar: convert once, then broadcast
         if is_torch(values):
             values = torch_to_numpy(values, where).item()
         elif isinstance(values, np.ndarray | np.generic):

@@ -2,10 +2,12 @@
 
 Layout: ``RUN_DIR/telemetry/<table>/part-r<rank>-<writer>-<seq>.parquet`` (immutable once
 visible), ``RUN_DIR/telemetry/manifest.json`` and ``RUN_DIR/telemetry.duckdb`` (compaction).
-A part is written under a hidden ``.tmp`` name, fsynced, renamed into place and the directory
-fsynced, so readers see whole files or nothing. ``<writer>`` is unique per writer object (pid +
-random), so ranks, processes and restarts never collide. Files: LZ4 below ``SMALL_PART_ROWS``
-rows, zstd above, dictionary encoding only for the schema's low-cardinality columns.
+A part is written under a hidden ``.tmp`` name through a 1 MiB buffer (a small part in one write
+call), fsynced, renamed into place and the directory fsynced, so readers see whole files or
+nothing. ``<writer>`` is unique per writer object (pid + random), so ranks, processes and
+restarts never collide. Files: LZ4 below ``SMALL_PART_ROWS`` rows, zstd above, dictionary
+encoding only for the schema's low-cardinality columns, min/max statistics only for its integer
+and time columns.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ MANIFEST_NAME = "manifest.json"
 PART_GLOB = "part-*.parquet"
 COMPRESSION = "zstd"
 SMALL_COMPRESSION = "lz4"
+WRITE_BUFFER_BYTES = 1 << 20
+"""Parts reach their file through a buffer this large: the loop's parts (tens of KB) in one
+write call instead of one per column chunk (~0.1 ms less CPU each), large parts in 1 MiB
+writes."""
 SMALL_PART_ROWS = 65_536
 """Parts with fewer rows — the training loop's flushes every ~2 s — are LZ4 (Parquet
 ``LZ4_RAW``): on a flush of the tiny loop's tables it writes 14% faster than the zstd /
@@ -54,19 +60,17 @@ def parquet_options(spec: TableSpec, num_rows: int | None = None) -> dict:
     return {
         "compression": SMALL_COMPRESSION if small else COMPRESSION,
         "use_dictionary": spec.dictionary_columns,
+        "write_statistics": spec.statistics_columns,
     }
 
 
-def fsync_file(path: Path) -> None:
-    """fsync a file or directory by path (a read-only descriptor suffices on POSIX)."""
+def fsync_dir(path: Path) -> None:
+    """fsync a directory (or file) by path (a read-only descriptor suffices on POSIX)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-fsync_dir = fsync_file
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -100,9 +104,14 @@ class PartWriter:
         name = f"part-r{self.rank:04d}-{self.writer_id}-{seq:07d}.parquet"
         final = self.root / spec.name / name
         tmp = final.with_name(f".{name}.tmp")
-        opts = parquet_options(spec, table.num_rows)
-        pq.write_table(table, str(tmp), **opts)  # native file: no GIL per write
-        fsync_file(tmp)
+        raw = pa.OSFile(str(tmp), "wb")
+        try:  # buffered: a small part reaches the file in one write call, a large one in 1 MiB
+            with pa.BufferedOutputStream(raw, buffer_size=WRITE_BUFFER_BYTES) as out:
+                pq.write_table(table, out, **parquet_options(spec, table.num_rows))  # no GIL
+                out.flush()
+                os.fsync(raw.fileno())
+        finally:
+            raw.close()
         os.replace(tmp, final)
         fsync_dir(final.parent)
         return final

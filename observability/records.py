@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from observability.convert import column_length, to_arrow
+from observability.convert import column_length, is_torch, to_arrow, torch_to_numpy
 from observability.sampling import keep_tokens_for
 from observability.schema import TableSpec, table_spec
 from observability.smallbatch import screen_small
@@ -35,36 +35,59 @@ def _nulls(type_: pa.DataType, n: int) -> pa.Array:
     return pa.nulls(n, type=type_)
 
 
+def _enum_codes(spec: TableSpec, name: str, values: Any) -> bool:
+    """Whether ``values`` are integer codes for an enum column: ``to_arrow`` then range-checks
+    them while converting, so the column needs no membership check."""
+    if spec.column(name).enum is None:
+        return False
+    if is_torch(values):
+        values = torch_to_numpy(values, f"telemetry table {spec.name!r} column {name!r}")
+    return isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu"
+
+
 def _batch_length(spec: TableSpec, columns: Mapping[str, Any]) -> int:
-    lengths = {}
-    for name, values in columns.items():
-        n = column_length(values, spec.column(name))
+    n = None
+    for values in columns.values():
+        m = len(values) if type(values) is list else column_length(values)  # lists: the common case
+        if m is None or m == n:
+            continue
         if n is not None:
-            lengths[name] = n
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"telemetry table {spec.name!r}: columns have different lengths {lengths}")
-    return next(iter(lengths.values())) if lengths else 1
+            lengths = {k: column_length(v) for k, v in columns.items()}
+            lengths = {k: v for k, v in lengths.items() if v is not None}
+            raise ValueError(
+                f"telemetry table {spec.name!r}: columns have different lengths {lengths}"
+            )
+        n = m
+    return 1 if n is None else n
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_columns(table: str, names: tuple[str, ...]) -> TableSpec:
+    """``table``'s spec once ``names`` passed the column checks (cached per column set: a
+    training loop emits the same few sets every step; failures raise and are not cached)."""
+    spec = table_spec(table)
+    unknown = sorted(name for name in names if not spec.has_column(name))
+    if unknown:
+        raise ValueError(
+            f"telemetry table {table!r}: unknown columns {unknown}; columns: {list(spec.column_names)}"
+        )
+    if "run_id" in names:
+        raise ValueError(f"telemetry table {table!r} column 'run_id': filled in by the sink")
+    missing = [
+        c.name
+        for c in spec.columns
+        if not c.nullable and c.name not in names and c.name not in ("run_id", "rank")
+    ]
+    if missing:
+        raise ValueError(f"telemetry table {table!r}: missing required columns {missing}")
+    return spec
 
 
 def check_batch(table: str, columns: Mapping[str, Any]) -> tuple[TableSpec, int]:
     """The cheap structural checks of a batch: known table and columns, no ``run_id``, required
     columns present, equal lengths. Returns the table's spec and the batch length. ``emit`` runs
     these on the calling thread even when conversion is left to the background writer."""
-    spec = table_spec(table)
-    unknown = sorted(name for name in columns if not spec.has_column(name))
-    if unknown:
-        raise ValueError(
-            f"telemetry table {table!r}: unknown columns {unknown}; columns: {list(spec.column_names)}"
-        )
-    if "run_id" in columns:
-        raise ValueError(f"telemetry table {table!r} column 'run_id': filled in by the sink")
-    missing = [
-        c.name
-        for c in spec.columns
-        if not c.nullable and c.name not in columns and c.name not in ("run_id", "rank")
-    ]
-    if missing:
-        raise ValueError(f"telemetry table {table!r}: missing required columns {missing}")
+    spec = _checked_columns(table, tuple(columns))
     return spec, _batch_length(spec, columns)
 
 
@@ -88,6 +111,9 @@ def build_table(
         given["rank"] = rank
     arrays = screen_small(spec, given, n, vocab_size)  # None unless small and clearly valid
     screened = arrays is not None
+    from_codes = (
+        set() if screened else {name for name, v in given.items() if _enum_codes(spec, name, v)}
+    )
     if not screened:
         arrays = {
             name: to_arrow(
@@ -108,6 +134,8 @@ def build_table(
     row_ids = (row_col, arrays[row_col]) if row_col else None
     if not screened:  # the small-batch screen already proved every rule
         for name, arr in arrays.items():
+            if name in from_codes:
+                continue  # enum codes were range-checked by ``to_arrow``: no nulls, all allowed
             check_column(table, spec.column(name), arr, row_ids=row_ids, vocab_size=vocab_size)
     arrays["run_id"] = _constant_string(run_id, n)
     out = [arrays[c.name] if c.name in arrays else _nulls(c.type, n) for c in spec.columns]

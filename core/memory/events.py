@@ -1,7 +1,8 @@
 """One row of the ``memory_events`` table: the ledger's lifecycle record (issue 9).
 
 ``MemoryEvent``'s fields are the table's columns, in order; ``run_id`` is added by the sink.
-``logical_shape`` is a string (``"[3, 5]"``) so the column stays flat.
+``logical_shape`` is the object's shape tuple (``MemoryLedger.pending_columns`` shows it as a
+string, ``"[3, 5]"``; the sink gets an Arrow list column).
 """
 
 from typing import NamedTuple
@@ -19,7 +20,7 @@ class MemoryEvent(NamedTuple):
     category: str
     event: str
     bytes: int
-    logical_shape: str
+    logical_shape: tuple[int, ...]
     dtype: str
     layout: str
     producer: str

@@ -20,11 +20,11 @@ Design:
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -294,7 +294,7 @@ class MemoryLedger:
                 category=record.category,
                 event=event,
                 bytes=record.bytes,
-                logical_shape=str(list(record.logical_shape)),
+                logical_shape=record.logical_shape,
                 dtype=record.dtype,
                 layout=record.layout,
                 producer=record.producer,
@@ -350,20 +350,28 @@ class MemoryLedger:
         return self._peaks.peak(step)
 
     def pending_columns(self) -> dict[str, list[Any]]:
-        """Buffered (unflushed) events as columns of ``memory_events``."""
-        return {col: [e[i] for e in self._pending] for i, col in enumerate(EVENT_COLUMNS)}
+        """Buffered (unflushed) events as columns of ``memory_events``, raw: ``ts`` in monotonic
+        ns, ``logical_shape`` as a string (``"[3, 5]"``)."""
+        cols = self._transposed()
+        cols["logical_shape"] = [str(list(shape)) for shape in cols["logical_shape"]]
+        return cols
+
+    def _transposed(self) -> dict[str, list[Any]]:
+        if not self._pending:
+            return {col: [] for col in EVENT_COLUMNS}
+        return dict(zip(EVENT_COLUMNS, map(list, zip(*self._pending, strict=True)), strict=True))
 
     def telemetry_columns(self) -> dict[str, Any]:
         """Buffered events as ``memory_events`` columns for the sink: ``ts`` as a datetime64[us]
         array (epoch), ``logical_shape`` as an Arrow list array (typed, so the sink does not
         re-infer ~200 Python rows a step)."""
-        cols: dict[str, Any] = self.pending_columns()
+        cols: dict[str, Any] = self._transposed()
         ns = np.asarray(cols["ts"], dtype=np.int64) + self._epoch_offset_ns
         cols["ts"] = (ns // 1000).astype("datetime64[us]")
-        shapes = [json.loads(shape) for shape in cols["logical_shape"]]
+        shapes = cols["logical_shape"]
         offsets = np.zeros(len(shapes) + 1, dtype=np.int32)
-        np.cumsum([len(x) for x in shapes], out=offsets[1:])
-        flat = np.fromiter((d for x in shapes for d in x), dtype=np.int64, count=int(offsets[-1]))
+        np.cumsum(np.fromiter(map(len, shapes), dtype=np.int32, count=len(shapes)), out=offsets[1:])
+        flat = np.fromiter(chain.from_iterable(shapes), dtype=np.int64, count=int(offsets[-1]))
         cols["logical_shape"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
         return cols
 

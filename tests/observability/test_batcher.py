@@ -49,6 +49,6 @@ def test_a_flush_writes_one_part_per_table_and_rejects_only_the_bad_batch(tmp_pa
     assert len(rejected) == 1 and "not finite at row 1 (sample_id 5)" in str(rejected[0])
     assert [len(list_parts(tmp_path, t)) for t in ("tokens", "samples")] == [1, 1]
     con = open_run(tmp_path)
-    assert con.execute("SELECT count(*), min(sample_id), max(sample_id) FROM tokens").fetchall() == [
-        (8, 0, 11)
-    ]
+    assert con.execute(
+        "SELECT count(*), min(sample_id), max(sample_id) FROM tokens"
+    ).fetchall() == [(8, 0, 11)]

@@ -119,3 +119,31 @@ def test_first_true_matches_a_loop():
         arr = pa.array(mask, mask=nulls)
         loop = next((i for i in range(50) if mask[i] and not nulls[i]), None)
         assert first_true(arr) == loop
+
+
+def test_structural_errors_repeat_and_lengths_name_every_column():
+    """Column checks are cached per column set; a failing set must raise every time."""
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"unknown columns \['logp'\]"):
+            build("tokens", tokens(logp=np.zeros(6)))
+    with pytest.raises(ValueError, match=r"different lengths .*'sample_id': 6.*'pos': 4"):
+        build("tokens", tokens(pos=[0, 1, 2, 3]))
+
+
+def test_enum_codes_convert_and_out_of_range_codes_are_rejected():
+    """Integer codes index the enum; the conversion's range check is the only enum check they
+    get, so it must catch codes on either side."""
+    codes = np.array([0, 1, 4, 1, 0, 5], dtype=np.int8)  # kept, icepop, not_action, ..., stale
+    t = build("tokens", tokens(mask_reason=codes, role=torch.tensor([1] * 6)))
+    assert t["mask_reason"].to_pylist() == [
+        "kept",
+        "icepop",
+        "not_action",
+        "icepop",
+        "kept",
+        "stale",
+    ]
+    assert t["role"].to_pylist() == ["action"] * 6
+    for bad in (6, -1):
+        with pytest.raises(ValueError, match=r"column 'mask_reason'.*enum code .* not in \[0, 6\)"):
+            build("tokens", tokens(mask_reason=np.array([0, 1, bad, 0, 0, 0])))

@@ -161,3 +161,21 @@ def test_track_tensor_derives_bytes_shape_dtype_layout():
     assert tuple(cols) == EVENT_COLUMNS
     assert cols["logical_shape"] == ["[3, 5]", "[5, 3]", "[4, 8]"]
     assert cols["device_kind"] == ["cpu"] * 3 and cols["rank"] == [0] * 3
+
+
+def test_telemetry_columns_type_shapes_and_time_for_the_sink():
+    led = make_ledger()
+    led.create("a", "live_io", 8, logical_shape=(2, 4), owner="x")
+    led.create("s", "live_io", 4, owner="x")  # a scalar: empty shape
+    led.free("a")
+    cols = led.telemetry_columns()
+    assert tuple(cols) == EVENT_COLUMNS
+    assert cols["logical_shape"].to_pylist() == [[2, 4], [], [2, 4]]
+    assert str(cols["logical_shape"].type) == "list<item: int64>"
+    assert cols["ts"].dtype == "datetime64[us]" and len(cols["ts"]) == 3
+    assert cols["object"] == ["a", "s", "a"] and cols["event"] == ["create", "create", "free"]
+    assert led.pending_columns()["logical_shape"] == ["[2, 4]", "[]", "[2, 4]"]
+
+
+def test_empty_ledger_has_empty_columns():
+    assert make_ledger().pending_columns() == {col: [] for col in EVENT_COLUMNS}
