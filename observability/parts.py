@@ -110,6 +110,9 @@ class PartWriter:
                 pq.write_table(table, out, **parquet_options(spec, table.num_rows))  # no GIL
                 out.flush()
                 os.fsync(raw.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a failed write (disk full): leave no tmp file behind
+            raise
         finally:
             raw.close()
         os.replace(tmp, final)

@@ -270,3 +270,25 @@ def test_parts_carry_statistics_for_integer_and_time_columns_only(tmp_path):
         }
         assert all(stats[c] for c in with_stats), stats
         assert not any(stats[c] for c in without), stats
+
+
+def test_a_failed_part_write_leaves_no_tmp_file(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from observability import parts
+    from observability.parts import PartWriter
+    from observability.schema import table_spec
+
+    def half_written(table, out, **kw):
+        out.write(b"PAR1 partial")
+        raise OSError(28, "No space left on device")
+
+    real_write_table = pq.write_table
+    monkeypatch.setattr(parts.pq, "write_table", half_written)
+    writer = PartWriter(tmp_path, rank=0)
+    spec = table_spec("steps")
+    with pytest.raises(OSError, match="No space left"):
+        writer.write(spec.empty_table(), spec)
+    assert list((tmp_path / "telemetry" / "steps").iterdir()) == []
+    monkeypatch.setattr(parts.pq, "write_table", real_write_table)
+    assert writer.write(spec.empty_table(), spec).exists()  # the writer still works
