@@ -93,6 +93,15 @@ def _list_array(values: Any, spec: ColumnSpec, where: str) -> pa.Array:
     return arr.cast(spec.type)
 
 
+def enum_codes(values: Any, spec: ColumnSpec, where: str) -> np.ndarray | None:
+    """``values`` as an array of integer codes for ``spec``'s enum, or None when ``spec`` is no
+    enum or ``values`` are not an integer array/tensor (strings, lists: converted as values)."""
+    if spec.enum is None:
+        return None
+    a = _numpy(values, where)
+    return a if a is not None and a.dtype.kind in "iu" else None
+
+
 def _enum_from_codes(codes: np.ndarray, spec: ColumnSpec, where: str) -> pa.Array:
     bad = (codes < 0) | (codes >= len(spec.enum))
     if bad.any():
@@ -165,9 +174,8 @@ def to_arrow(values: Any, spec: ColumnSpec, n: int, where: str) -> pa.Array:
             ):
                 return direct  # datetime objects in one call (numbers are epoch seconds, below)
             return _timestamps(values, spec, where)
-        if spec.enum is not None and (codes := _numpy(values, where)) is not None:
-            if codes.dtype.kind in "iu":
-                return _enum_from_codes(codes, spec, where)
+        if (codes := enum_codes(values, spec, where)) is not None:
+            return _enum_from_codes(codes, spec, where)
         if spec.json and not isinstance(values, (pa.Array, pa.ChunkedArray)):
             values = json_strings(values)
         elif isinstance(values, list) and (direct := _list_fast(values, spec)) is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from observability.convert import column_length, is_torch, to_arrow, torch_to_numpy
+from observability.convert import column_length, enum_codes, to_arrow
 from observability.sampling import keep_tokens_for
 from observability.schema import TableSpec, table_spec
 from observability.smallbatch import screen_small
@@ -33,16 +33,6 @@ def _constant_string(value: str, n: int) -> pa.Array:
 def _nulls(type_: pa.DataType, n: int) -> pa.Array:
     """An all-null column (cached like ``_constant_string``)."""
     return pa.nulls(n, type=type_)
-
-
-def _enum_codes(spec: TableSpec, name: str, values: Any) -> bool:
-    """Whether ``values`` are integer codes for an enum column: ``to_arrow`` then range-checks
-    them while converting, so the column needs no membership check."""
-    if spec.column(name).enum is None:
-        return False
-    if is_torch(values):
-        values = torch_to_numpy(values, f"telemetry table {spec.name!r} column {name!r}")
-    return isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu"
 
 
 def _batch_length(spec: TableSpec, columns: Mapping[str, Any]) -> int:
@@ -111,14 +101,14 @@ def build_table(
         given["rank"] = rank
     arrays = screen_small(spec, given, n, vocab_size)  # None unless small and clearly valid
     screened = arrays is not None
-    from_codes = (
-        set() if screened else {name for name, v in given.items() if _enum_codes(spec, name, v)}
-    )
+    from_codes: set[str] = set()  # enum columns given as codes: ``to_arrow`` range-checks them
     if not screened:
+        where = f"telemetry table {table!r}"
+        from_codes = {
+            name for name, v in given.items() if enum_codes(v, spec.column(name), where) is not None
+        }
         arrays = {
-            name: to_arrow(
-                values, spec.column(name), n, f"telemetry table {table!r} column {name!r}"
-            )
+            name: to_arrow(values, spec.column(name), n, f"{where} column {name!r}")
             for name, values in given.items()
         }
     ids = arrays.get("sample_id")
@@ -135,7 +125,7 @@ def build_table(
     if not screened:  # the small-batch screen already proved every rule
         for name, arr in arrays.items():
             if name in from_codes:
-                continue  # enum codes were range-checked by ``to_arrow``: no nulls, all allowed
+                continue  # no nulls, every code in range: nothing left to check
             check_column(table, spec.column(name), arr, row_ids=row_ids, vocab_size=vocab_size)
     arrays["run_id"] = _constant_string(run_id, n)
     out = [arrays[c.name] if c.name in arrays else _nulls(c.type, n) for c in spec.columns]
