@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from observability import DuckDBTelemetry, TelemetryConfig, open_run
-from observability.parts import list_parts
+from observability.parts import list_parts, parquet_options
 from observability.records import build_table
 from observability.schema import TABLES
 from observability.writer import RejectedBatch
@@ -250,7 +250,7 @@ def test_idle_writer_thread_runs_in_sched_idle(tmp_path):
     normal.close()
 
 
-def test_parts_carry_statistics_for_integer_and_time_columns_only(tmp_path):
+def test_parts_carry_statistics_for_integer_and_time_columns_only_and_no_dictionaries(tmp_path):
     """Readers prune parts on steps, ids, versions and times; string and float statistics cost
     ~15% of the encoding and are not written."""
     import pyarrow.parquet as pq
@@ -270,6 +270,12 @@ def test_parts_carry_statistics_for_integer_and_time_columns_only(tmp_path):
         }
         assert all(stats[c] for c in with_stats), stats
         assert not any(stats[c] for c in without), stats
+        # a live part is small: no dictionary pages; large parts dictionary-encode the
+        # schema's low-cardinality columns
+        assert not any(rg.column(i).has_dictionary_page for i in range(rg.num_columns))
+        assert parquet_options(TABLES[table], 10**6)["use_dictionary"] == (
+            TABLES[table].dictionary_columns
+        )
 
 
 def test_a_failed_part_write_leaves_no_tmp_file(tmp_path, monkeypatch):
