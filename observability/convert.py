@@ -39,6 +39,8 @@ def torch_to_numpy(t: Any, where: str) -> np.ndarray:
 
 def column_length(values: Any) -> int | None:
     """Rows in ``values``, or None for a scalar that will be broadcast."""
+    if type(values) is list:  # the common case first: emit checks every column of every batch
+        return len(values)
     if values is None or isinstance(values, _SCALARS):
         return None
     if is_torch(values) or isinstance(values, np.ndarray):

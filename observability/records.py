@@ -38,7 +38,7 @@ def _nulls(type_: pa.DataType, n: int) -> pa.Array:
 def _batch_length(spec: TableSpec, columns: Mapping[str, Any]) -> int:
     n = None
     for values in columns.values():
-        m = len(values) if type(values) is list else column_length(values)  # lists: the common case
+        m = column_length(values)
         if m is None or m == n:
             continue
         if n is not None:
