@@ -8,7 +8,7 @@ from core.algorithms.aggregation import AGG_MODES
 from core.algorithms.policy_loss import POLICY_LOSSES
 from core.algorithms.trust import TRUST_RULES
 
-OLD_LOGP_SOURCES = ("recompute", "rollout")
+OLD_LOGP_SOURCES = ("recompute", "separate", "rollout")
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,14 @@ class AlgorithmConfig:
     importance-weighted policy gradient, the seed's async-RL update (bounded only by the trust
     mask: pair it with ``trust_rule = "dis"``)."""
     old_logp: str = "recompute"
-    """π_old of the PPO ratio: ``recompute`` (the trainer's own log-probs at step start, the
-    seed's reasoning-RL pseudocode) or ``rollout`` (the rollout engine's reported log-probs, as in
-    the seed's async-RL update ``exp(train_logp − rollout_logp)`` and frameworks that skip the
-    recompute): then every train/rollout mismatch enters the ratio itself."""
+    """π_old of the PPO ratio: ``recompute`` (the trainer's own log-probs at step start, from the
+    training forward itself, the seed's reasoning-RL pseudocode); ``separate`` (the same
+    recompute as its own no-grad forward before the update, as frameworks with an old-log-prob
+    stage run it: identical when the actor's forward is deterministic, but a nondeterministic
+    kernel then gives π_old and π_θ different computations, so the ratio carries its noise); or
+    ``rollout`` (the rollout engine's reported log-probs, as in the seed's async-RL update
+    ``exp(train_logp − rollout_logp)`` and frameworks that skip the recompute): then every
+    train/rollout mismatch enters the ratio itself."""
 
     def __post_init__(self) -> None:
         if self.name != "grpo":

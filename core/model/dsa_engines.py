@@ -15,8 +15,10 @@ Indexer parameters live in the actor: ``ActorDSA`` is registered as ``core_atten
 ``actor.named_weights()`` lists ``decoder.layers.L.self_attention.core_attention.dsa.indexer.*``
 and weight sync forwards them as ``dsa.<name>`` (``core.sync.convert``). ``EngineDSA`` reads them
 from the rollout engine's installed weights (cast to the engine precision on load), so both
-engines share the seeded, frozen indexer. Only the rollout may run the ``nondeterministic`` Top-k
-kernel emulation (``rollout.topk_mode``); the actor always selects deterministically.
+engines share the seeded, frozen indexer. Either engine may run the ``nondeterministic`` Top-k
+kernel emulation: the rollout (``rollout.topk_mode``) or the actor (``train.topk_mode``: the
+trainer recomputes Top-k, as GLM-5's does, and a nondeterministic kernel there degraded its RL).
+Each nondeterministic hook draws its noise from its own seeded generator.
 """
 
 from __future__ import annotations
@@ -149,6 +151,8 @@ class ActorDSA(nn.Module):
     ) -> None:
         super().__init__()
         self.cfg = cfg
+        self.seed = seed
+        self.generator: torch.Generator | None = None  # the nondeterministic kernel's noise
         self.indexer = Indexer(
             cfg,
             n_heads=n_heads,
@@ -174,7 +178,11 @@ class ActorDSA(nn.Module):
         del pos
         q_idx = torch.arange(q.shape[1], device=q.device)  # [T]
         if not self.warmup:
-            return padded_dsa_attend(q, k, v, q_idx, key_valid, self.indexer, self.cfg)
+            if self.generator is None and self.cfg.topk_mode == "nondeterministic":
+                self.generator = torch.Generator(device=q.device).manual_seed(self.seed + 2)
+            return padded_dsa_attend(
+                q, k, v, q_idx, key_valid, self.indexer, self.cfg, self.generator
+            )
         scale = 1.0 / math.sqrt(q.shape[-1])
         scores = self.indexer.scores(q.detach(), k.detach())  # [B, T, T], grads to the indexer
         sel = select_padded(scores.detach(), q_idx, key_valid, k=k.shape[1])  # every allowed key
@@ -184,9 +192,16 @@ class ActorDSA(nn.Module):
         return sparse_attention(q, k, v, sel, scale=scale), sel  # dense attention
 
 
-def actor_dsa_factory(cfg: ModelConfig, *, seed: int):
-    """``layer -> ActorDSA`` for ``Actor(dsa_factory=...)``; indexers seeded by ``indexer_seed``."""
-    dcfg = dsa_config(cfg)
+def actor_dsa_factory(
+    cfg: ModelConfig,
+    *,
+    seed: int,
+    topk_mode: str = "deterministic",
+    noise_scale: float | None = None,
+):
+    """``layer -> ActorDSA`` for ``Actor(dsa_factory=...)``; indexers seeded by ``indexer_seed``
+    (``topk_mode`` / ``noise_scale``: the actor's Top-k kernel, see ``dsa_config``)."""
+    dcfg = dsa_config(cfg, topk_mode=topk_mode, noise_scale=noise_scale)
 
     def make(layer: int) -> ActorDSA:
         return ActorDSA(

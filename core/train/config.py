@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from core.model.dsa_select import TOPK_MODES
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,11 @@ class TrainConfig:
     ``model.dsa_topk > 0``; 0 = keep the seeded indexers)."""
     dsa_warmup_lr: float = 1e-3
     """Learning rate of the DSA warm-up (> 0)."""
+    topk_mode: str = "deterministic"
+    """The actor's DSA Top-k kernel: ``deterministic`` | ``nondeterministic`` (fault emulation:
+    the trainer recomputes Top-k, as GLM-5's does, where a nondeterministic kernel degraded RL)."""
+    topk_noise: float = 1e-3
+    """Nondeterministic actor kernel only: std of the additive indexer-score noise (≥ 0)."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:
@@ -75,3 +83,7 @@ class TrainConfig:
             )
         if not self.dsa_warmup_lr > 0:
             raise ValueError(f"train.dsa_warmup_lr={self.dsa_warmup_lr} must be > 0")
+        if self.topk_mode not in TOPK_MODES:
+            raise ValueError(f"train.topk_mode={self.topk_mode!r} not in {list(TOPK_MODES)}")
+        if not (math.isfinite(self.topk_noise) and self.topk_noise >= 0):
+            raise ValueError(f"train.topk_noise={self.topk_noise} must be a finite float >= 0")

@@ -63,6 +63,14 @@ def rollout_step(s: Session, step: int):
     return problems, rb, texts, verdicts, rewards
 
 
+def old_logp_pass(s: Session, rb, tb) -> torch.Tensor:
+    """π_old [B, T-1] from its own no-grad forward of the actor over the train batch (before the
+    update; ``algorithm.old_logp = "separate"``)."""
+    with torch.no_grad(), routing_replay(s.actor, rb, enabled=s.cfg.train.routing_replay):
+        logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
+        return token_logprobs(logits, tb.targets, temperature=s.cfg.rollout.temperature)[0]
+
+
 def train_step(s: Session, step: int) -> dict:
     cfg, alg = s.cfg, s.cfg.algorithm
     t0 = time.perf_counter()
@@ -77,6 +85,7 @@ def train_step(s: Session, step: int) -> dict:
     stale = staleness > alg.staleness_limit
 
     s.actor.train()
+    separate_old = old_logp_pass(s, rb, tb) if alg.old_logp == "separate" else None
     s.memory.forward_begin(tb)  # measures saved activations until forward_end
     with routing_replay(s.actor, rb, enabled=cfg.train.routing_replay):
         logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
@@ -84,7 +93,7 @@ def train_step(s: Session, step: int) -> dict:
     logp, entropy = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
     entropy = entropy.detach()
     train_logp = logp.detach()  # one optimizer step per rollout batch: π_train at step start
-    old_logp = tb.rollout_logp if alg.old_logp == "rollout" else train_logp  # π_old of the ratio
+    old_logp = {"rollout": tb.rollout_logp, "separate": separate_old}.get(alg.old_logp, train_logp)
     trusted, tm = trust_mask(
         train_logp,
         tb.rollout_logp,

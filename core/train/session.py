@@ -13,7 +13,7 @@ import torch
 
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
-from core.model.dsa_engines import engine_dsa
+from core.model.dsa_engines import actor_dsa_factory, engine_dsa
 from core.model.dsa_warmup import warmup_indexers
 from core.model.upcycle import sparse_from_dense
 from core.quant.wiring import build_quant_wiring
@@ -62,8 +62,19 @@ class Session:
             quant_preset=cfg.rollout.quant_preset,
             model_cfg=self.model_cfg,
         )
+        dsa_factory = None
+        if self.model_cfg.dsa_topk > 0:
+            dsa_factory = actor_dsa_factory(
+                self.model_cfg,
+                seed=cfg.train.seed,
+                topk_mode=cfg.train.topk_mode,
+                noise_scale=cfg.train.topk_noise,
+            )
         self.actor = Actor(
-            self.model_cfg, seed=cfg.train.seed, linear_overrides=self.quant.linear_overrides
+            self.model_cfg,
+            seed=cfg.train.seed,
+            linear_overrides=self.quant.linear_overrides,
+            dsa_factory=dsa_factory,
         )
         self.quant.attach(self.actor)
         self.actor.load_weights(sparse_from_dense(weights, self.actor, seed=cfg.train.seed))

@@ -26,6 +26,8 @@ def test_default_config_loads():
         ('algorithm.policy_loss="ppo"', "algorithm.policy_loss='ppo' not in"),
         ('algorithm.old_logp="old"', "algorithm.old_logp='old' not in"),
         ("rollout.topk_noise=-0.1", "rollout.topk_noise=-0.1 must be a finite float >= 0"),
+        ('train.topk_mode="random"', "train.topk_mode='random' not in"),
+        ("train.topk_noise=-0.1", "train.topk_noise=-0.1 must be a finite float >= 0"),
         ("optim.lr=0", "optim.lr"),
         ("algorithm.icepop_bta=3", "unknown config key algorithm.icepop_bta"),
         ("algorithmm.x=3", "unknown config section"),

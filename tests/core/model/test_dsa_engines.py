@@ -146,6 +146,29 @@ def test_nondeterministic_rollout_topk_disagrees():
     assert 0.0 < agreement < 1.0  # measured 0.54-0.79 (k=6, noise 1e-3 + random tie order)
 
 
+def _actor_selection(s, tb) -> torch.Tensor:
+    with torch.no_grad():
+        s.actor.logits(tb.input_ids, tb.valid)
+    return s.actor.core_attentions()[0].last_selection.indices.clone()
+
+
+def test_actor_kernel_is_deterministic_by_default():
+    s = session("model.dsa_topk=6")
+    _, tb = rollout(s)
+    assert torch.equal(_actor_selection(s, tb), _actor_selection(s, tb))
+
+
+def test_nondeterministic_actor_topk_differs_between_forwards_and_is_seeded():
+    """``train.topk_mode``: the trainer's own kernel; two forwards of one batch (π_old and π_θ)
+    pick different key sets, and a run is reproducible from its seed."""
+    overrides = ("model.dsa_topk=6", 'train.topk_mode="nondeterministic"', "train.topk_noise=1.0")
+    a, b = session(*overrides), session(*overrides)
+    _, tb = rollout(a)
+    first, second = _actor_selection(a, tb), _actor_selection(a, tb)
+    assert not torch.equal(first, second)
+    assert torch.equal(first, _actor_selection(b, tb))  # same seed: same noise
+
+
 def test_dense_attention_recovered_when_k_covers_the_sequence():
     """k=64 >= max_seq_len: every allowed key is selected, both engines equal the dense ones.
 

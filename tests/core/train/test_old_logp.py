@@ -1,6 +1,7 @@
-"""π_old of the update, through the real loop: the trainer's recompute by default, the rollout's
-reported log-probs with ``algorithm.old_logp = "rollout"`` (the seed's async update), recorded in
-``tokens.old_logp`` either way."""
+"""π_old of the update, through the real loop: the trainer's recompute by default, the same
+recompute as its own forward with ``algorithm.old_logp = "separate"`` (identical while the actor is
+deterministic, noisy under a nondeterministic Top-k kernel), the rollout's reported log-probs with
+``algorithm.old_logp = "rollout"`` (the seed's async update), recorded in ``tokens.old_logp``."""
 
 from __future__ import annotations
 
@@ -37,3 +38,24 @@ def test_async_is_update_uses_rollout_logprobs(tmp_path):
     assert n > 0 and d_rollout == 0.0 and d_train > 0.0
     loss, clip = con.execute("SELECT max(abs(loss)), max(clip_fraction) FROM steps").fetchone()
     assert loss > 0.0 and clip == 0.0  # the IS loss never clips
+
+
+def test_separate_old_logp_pass_equals_the_recompute_for_a_deterministic_actor(tmp_path):
+    run = make_run(tmp_path, ['algorithm.old_logp="separate"'], name="separate")
+    n, _, d_train, _ = open_run(run).execute(SQL).fetchone()
+    assert n > 0 and d_train == 0.0  # the same fp32 forward twice: bitwise equal on the CPU
+
+
+def test_separate_old_logp_pass_carries_a_nondeterministic_actor_kernel(tmp_path):
+    run = make_run(
+        tmp_path,
+        [
+            "model.dsa_topk=4",
+            'train.topk_mode="nondeterministic"',
+            "train.topk_noise=3.0",
+            'algorithm.old_logp="separate"',
+        ],
+        name="separate-nd",
+    )
+    n, _, d_train, _ = open_run(run).execute(SQL).fetchone()
+    assert n > 0 and d_train > 0.1  # π_old and π_θ attended to different key sets: ratio ≠ 1
