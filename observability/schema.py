@@ -188,7 +188,7 @@ _TABLES = (
             _logp("train_logp", "log-prob recomputed by the trainer"),
             _logp(
                 "old_logp",
-                "π_old of the ratio: trainer recompute, or rollout_logp (old_logp=rollout)",
+                "π_old of the ratio: the trainer's recompute, or rollout_logp (old_logp=rollout)",
             ),
             _logp("teacher_logp", "log-prob under the teacher"),
             _nonneg("ratio", F32, "importance ratio exp(train_logp - rollout_logp)"),
