@@ -39,6 +39,10 @@ class Thresholds:
     """Weight-sync phases every complete sync has (in the store's canonical order; ends in ack)."""
     peak_breakdown_tol_bytes: int = 0
     """Allowed |sum of the peak's tracked breakdown - peak| in bytes (>= 0)."""
+    trainer_repeat_tol: float = 0.0
+    """Max |old_logp - train_logp| (nats, >= 0) on action tokens when π_old is a separate forward
+    of the same weights (``algorithm.old_logp = "separate"``): 0 demands a bitwise-repeatable
+    trainer forward (deterministic Top-k and reductions)."""
 
     def __post_init__(self) -> None:
         for name in ("mismatch_abs_mean", "mismatch_abs_p99"):
@@ -52,6 +56,10 @@ class Thresholds:
             )
         if self.staleness_limit is not None and self.staleness_limit < 0:
             raise ValueError(f"thresholds.staleness_limit={self.staleness_limit} must be >= 0")
+        if not self.trainer_repeat_tol >= 0:
+            raise ValueError(
+                f"thresholds.trainer_repeat_tol={self.trainer_repeat_tol} must be >= 0"
+            )
         if self.peak_breakdown_tol_bytes < 0:
             raise ValueError(
                 f"thresholds.peak_breakdown_tol_bytes={self.peak_breakdown_tol_bytes} must be >= 0"

@@ -1,7 +1,9 @@
 """Contract *sparse & version*: the sparse choices and the weights behind every trained sample agree.
 
 Rules: train and rollout Top-k index *sets* are equal for every recorded (sample, layer, pos)
-(a key recorded by one engine only is a violation); every trained sample carries its rollout and
+(a key recorded by one engine only is a violation); when π_old is its own forward of the trainer
+(``algorithm.old_logp = "separate"``), it repeats the training forward on every action token
+(GLM-5's nondeterministic Top-k failure shows here first); every trained sample carries its rollout and
 train policy versions, staleness = train - rollout <= τ (the run's declared limit, optionally
 capped by the policy); every trained sample's rollout version has a complete weight sync: the
 required phases, in canonical order by time, ending in ``ack``.
@@ -42,6 +44,30 @@ def topk_index_sets_equal(ctx: CheckContext) -> CheckResult:
         order="sample_id, layer, pos",
         message="(sample, layer, pos) keys whose train and rollout Top-k sets differ or are "
         "recorded by one engine only",
+    )
+
+
+@check(C, "trainer_forward_repeatable")
+def trainer_forward_repeatable(ctx: CheckContext) -> CheckResult:
+    """A separate π_old forward of the same weights reproduces the training forward's log-probs."""
+    source_of_old = ctx.run.config.get("algorithm", {}).get("old_logp")
+    if source_of_old != "separate":
+        return not_applicable(
+            f"π_old is not a separate trainer forward (algorithm.old_logp={source_of_old!r})"
+        )
+    tol = ctx.policy.thresholds.trainer_repeat_tol
+    source = """SELECT sample_id, step, pos, token_id, old_logp, train_logp,
+                       abs(old_logp - train_logp) AS repeat_abs
+                FROM tokens WHERE role = 'action' AND loss_mask"""
+    result = ctx.count_violations(
+        source=source,
+        violation=f"repeat_abs > {tol!r}",
+        order="repeat_abs DESC NULLS FIRST, sample_id, pos",
+        message=f"action tokens whose separate π_old forward differs from the training forward "
+        f"by more than {tol} nats (a nondeterministic trainer kernel)",
+    )
+    return result.replace(
+        observed=ctx.scalar(f"SELECT max(repeat_abs) FROM ({source})"), threshold=tol
     )
 
 

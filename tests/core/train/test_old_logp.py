@@ -5,8 +5,11 @@ deterministic, noisy under a nondeterministic Top-k kernel), the rollout's repor
 
 from __future__ import annotations
 
+from contracts import run_gate
 from observability import open_run
 from tests.conftest import make_run
+
+REPEAT = "sparse_version.trainer_forward_repeatable"
 
 SQL = """
 SELECT count(*) AS n,
@@ -20,6 +23,7 @@ FROM tokens WHERE role = 'action'
 def test_default_old_logp_is_the_trainer_recompute(tiny_run_bf16):
     n, d_rollout, d_train, _ = open_run(tiny_run_bf16).execute(SQL).fetchone()
     assert n > 0 and d_train == 0.0 and d_rollout > 0.0  # bf16 rollout: the two differ
+    assert run_gate(tiny_run_bf16).result(REPEAT).status == "not_applicable"  # no second forward
 
 
 def test_async_is_update_uses_rollout_logprobs(tmp_path):
@@ -44,6 +48,7 @@ def test_separate_old_logp_pass_equals_the_recompute_for_a_deterministic_actor(t
     run = make_run(tmp_path, ['algorithm.old_logp="separate"'], name="separate")
     n, _, d_train, _ = open_run(run).execute(SQL).fetchone()
     assert n > 0 and d_train == 0.0  # the same fp32 forward twice: bitwise equal on the CPU
+    assert run_gate(run).result(REPEAT).status == "pass"
 
 
 def test_separate_old_logp_pass_carries_a_nondeterministic_actor_kernel(tmp_path):
@@ -59,3 +64,7 @@ def test_separate_old_logp_pass_carries_a_nondeterministic_actor_kernel(tmp_path
     )
     n, _, d_train, _ = open_run(run).execute(SQL).fetchone()
     assert n > 0 and d_train > 0.1  # π_old and π_θ attended to different key sets: ratio ≠ 1
+    # the gate catches the nondeterministic trainer kernel, naming the worst token
+    result = run_gate(run).result(REPEAT)
+    assert result.status == "fail" and result.n_violations > 0
+    assert result.observed == result.examples[0]["repeat_abs"] > 0.1
