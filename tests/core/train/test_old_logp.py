@@ -23,7 +23,8 @@ FROM tokens WHERE role = 'action'
 def test_default_old_logp_is_the_trainer_recompute(tiny_run_bf16):
     n, d_rollout, d_train, _ = open_run(tiny_run_bf16).execute(SQL).fetchone()
     assert n > 0 and d_train == 0.0 and d_rollout > 0.0  # bf16 rollout: the two differ
-    assert run_gate(tiny_run_bf16).result(REPEAT).status == "not_applicable"  # no second forward
+    gate = run_gate(tiny_run_bf16, record=False)  # a shared fixture: read only
+    assert gate.result(REPEAT).status == "not_applicable"  # no second forward
 
 
 def test_async_is_update_uses_rollout_logprobs(tmp_path):
