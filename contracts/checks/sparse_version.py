@@ -1,12 +1,12 @@
 """Contract *sparse & version*: the sparse choices and the weights behind every trained sample agree.
 
 Rules: train and rollout Top-k index *sets* are equal for every recorded (sample, layer, pos)
-(a key recorded by one engine only is a violation); when π_old is its own forward of the trainer
-(``algorithm.old_logp = "separate"``), it repeats the training forward on every action token
-(GLM-5's nondeterministic Top-k failure shows here first); every trained sample carries its rollout and
-train policy versions, staleness = train - rollout <= τ (the run's declared limit, optionally
-capped by the policy); every trained sample's rollout version has a complete weight sync: the
-required phases, in canonical order by time, ending in ``ack``.
+(a key recorded by one engine only is a violation); when π_old is its own forward of the
+trainer (``algorithm.old_logp = "separate"``), it repeats the training forward on every action
+token (GLM-5's nondeterministic Top-k failure shows here first); every trained sample carries
+its rollout and train policy versions, staleness = train - rollout <= τ (the run's declared
+limit, optionally capped by the policy); every trained sample's rollout version has a complete
+weight sync: the required phases, in canonical order by time, ending in ``ack``.
 """
 
 from __future__ import annotations
