@@ -143,6 +143,16 @@ def padded_dsa_attend(
     return sparse_attention(q, k, v, sel, scale=1.0 / math.sqrt(q.shape[-1])), sel
 
 
+def kernel_generator(
+    generator: torch.Generator | None, cfg: DSAConfig, device: torch.device, seed: int
+) -> torch.Generator | None:
+    """A hook's noise generator: ``generator`` once made, else a new one seeded ``seed`` on
+    ``device`` for the nondeterministic kernel (None for the deterministic one)."""
+    if generator is None and cfg.topk_mode == "nondeterministic":
+        generator = torch.Generator(device=device).manual_seed(seed)
+    return generator
+
+
 class ActorDSA(nn.Module):
     """The actor's DSA core attention of one layer; owns the layer's (seeded) indexer."""
 
@@ -178,8 +188,7 @@ class ActorDSA(nn.Module):
         del pos
         q_idx = torch.arange(q.shape[1], device=q.device)  # [T]
         if not self.warmup:
-            if self.generator is None and self.cfg.topk_mode == "nondeterministic":
-                self.generator = torch.Generator(device=q.device).manual_seed(self.seed + 2)
+            self.generator = kernel_generator(self.generator, self.cfg, q.device, self.seed + 2)
             return padded_dsa_attend(
                 q, k, v, q_idx, key_valid, self.indexer, self.cfg, self.generator
             )
@@ -255,8 +264,7 @@ class EngineDSA:
         self._refresh()
         if self.indexer.wq.device != q.device:
             self.indexer.to(q.device)
-        if self.generator is None and self.cfg.topk_mode == "nondeterministic":
-            self.generator = torch.Generator(device=q.device).manual_seed(self.seed)
+        self.generator = kernel_generator(self.generator, self.cfg, q.device, self.seed)
         return padded_dsa_attend(
             q, k_all, v_all, q_idx, key_valid, self.indexer, self.cfg, self.generator
         )

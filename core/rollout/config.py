@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from core.model.dsa_select import TOPK_MODES
 from core.quant.sync_quantizer import rollout_spec
 from core.rollout.sampling import LOGPROB_MODES, SamplingParams
 
 PRECISION_CHOICES = ("fp32", "bf16", "w4a16", "w8a16", "fp8")
-TOPK_MODES = ("deterministic", "nondeterministic")
 
 
 @dataclass(frozen=True)
