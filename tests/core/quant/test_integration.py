@@ -202,3 +202,20 @@ def test_bad_quant_settings_are_config_errors():
         load_config(None, ['quant.qat_scope="embeddings"'])
     with pytest.raises(ValueError, match="experts_only"):
         _session("quant.qat=true", 'quant.qat_scope="experts_only"')
+
+
+def test_int4_scenario_control_trains_on_the_rollouts_own_int4_codes():
+    # The per-channel int4-rollout-no-qat fault collapses only against a control whose QAT codes
+    # are the rollout's: the control's fake quantizer must be the rollout's quantizer, bit for bit.
+    from core.scenario import load_scenario, scenario_config
+
+    sc = load_scenario("int4-rollout-no-qat")
+    fault = scenario_config(sc.name, SMALL)
+    control = scenario_config(sc.name, [*SMALL, *sc.control])
+    assert fault.rollout.quant_preset == "int4-channel-sym" and not fault.quant.qat
+    assert control.quant.qat and control.quant.qat_preset == control.rollout.quant_preset
+    s = Session(control, NullTelemetry())
+    groups = _by_tensor(s.quant.last_rows)
+    assert len(groups) == 28
+    for prod in groups.values():
+        assert qparams_mismatch(prod["qat_fake"], prod["offline_real"]) == []
