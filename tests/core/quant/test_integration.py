@@ -21,6 +21,7 @@ from core.quant.sync_quantizer import quantized_names
 from core.quant.telemetry import engine_row_map
 from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine
+from core.scenario import load_scenario, scenario_config
 from core.sync.weight_sync import WeightSync, payload_checksum
 from core.telemetry import NullTelemetry
 from core.train.grpo import train_step
@@ -207,8 +208,6 @@ def test_bad_quant_settings_are_config_errors():
 def test_int4_scenario_control_trains_on_the_rollouts_own_int4_codes():
     # The per-channel int4-rollout-no-qat fault collapses only against a control whose QAT codes
     # are the rollout's: the control's fake quantizer must be the rollout's quantizer, bit for bit.
-    from core.scenario import load_scenario, scenario_config
-
     sc = load_scenario("int4-rollout-no-qat")
     fault = scenario_config(sc.name, SMALL)
     control = scenario_config(sc.name, [*SMALL, *sc.control])
