@@ -188,6 +188,8 @@ class _AlternatingSink:
         self.sink, self.run_id, self.run_dir = sink, sink.run_id, sink.run_dir
         self.block, self.overlap, self.on, self.step = block, overlap, True, 0
         self.inside_s: dict[int, float] = {}  # step -> wall time inside the real sink
+        self.writer_cpu: dict[int, float | None] = {}  # block -> writer thread CPU at its end
+        self.process_cpu: dict[int, float] = {}  # step -> process CPU time at its end
 
     def emit(self, table, columns) -> None:
         if self.on:
@@ -207,11 +209,34 @@ class _AlternatingSink:
             t0 = time.perf_counter()
             self.sink.flush()
             self._charge(time.perf_counter() - t0)
+        if (step + 1) % self.block == 0:
+            self.writer_cpu[step // self.block] = self.sink.writer_cpu_seconds()
+        self.process_cpu[step] = time.process_time()
         self.on = ((step + 1) // self.block) % 2 == 0
         self.step = step + 1
 
     def close(self, status: str = "finished") -> None:
         self.sink.close(status)
+
+    def writer_cpu_per_on_step(self) -> float | None:
+        """Writer thread CPU seconds per on-step, over the on-blocks after the first (an
+        on-block's work ends with its blocking flush; off-blocks hand the writer nothing)."""
+        on = [
+            self.writer_cpu[b] - self.writer_cpu[b - 1]
+            for b in self.writer_cpu
+            if b % 2 == 0 and b > 0 and self.writer_cpu.get(b - 1) is not None
+            if self.writer_cpu[b] is not None
+        ]
+        return sum(on) / (len(on) * self.block) if on else None
+
+    def process_cpu_per_off_step(self, warm: int) -> float | None:
+        """Process CPU seconds (every thread) per off-step after ``warm``."""
+        off = [
+            self.process_cpu[i] - self.process_cpu[i - 1]
+            for i in self.process_cpu
+            if i >= warm and i - 1 in self.process_cpu and (i // self.block) % 2 == 1
+        ]
+        return sum(off) / len(off) if off else None
 
 
 def section_step_time_ab(args: argparse.Namespace) -> None:
@@ -293,6 +318,15 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
         f"time inside the sink per on-step (emit + block-end flush): {inside * 1e3:.2f} ms = "
         f"{inside / np.mean(off_all):.3f} of a mean off-step"
     )
+    writer = [w for x in sinks if (w := x.writer_cpu_per_on_step()) is not None]
+    process = [c for x in sinks if (c := x.process_cpu_per_off_step(warm)) is not None]
+    if writer and process:
+        w, c = float(np.mean(writer)), float(np.mean(process))
+        print(
+            f"writer thread CPU per on-step: {w * 1e3:.2f} ms = {w / np.mean(off_all):.3f} of a "
+            f"mean off-step's wall time; process CPU per off-step {c * 1e3:.1f} ms "
+            f"({c / np.mean(off_all):.2f} cores busy)"
+        )
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {

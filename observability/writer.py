@@ -155,6 +155,11 @@ class DuckDBTelemetry:
         self._last_step_flush = now
         self._writer.request_flush()
 
+    def writer_cpu_seconds(self) -> float | None:
+        """CPU seconds the background writer thread has used so far (None where unmeasurable or
+        after ``close``): what the sink costs beyond the time ``emit`` and ``step_end`` take."""
+        return self._writer.cpu_seconds()
+
     def flush(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
         """Block until every batch emitted so far is in a committed part file."""
         self._check_open()

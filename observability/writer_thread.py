@@ -138,6 +138,21 @@ class WriterThread:
     def native_id(self) -> int | None:
         return self._thread.native_id
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the writer thread has used so far (user + system, its own clock), or None where
+        the OS has no per-thread CPU clock or the thread has ended."""
+        ident = self._thread.ident
+        if (
+            ident is None
+            or not self._thread.is_alive()
+            or not hasattr(time, "pthread_getcpuclockid")
+        ):
+            return None
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+        except OSError:
+            return None
+
     def _loop(self) -> None:
         if self.priority == "idle":
             lower_priority()

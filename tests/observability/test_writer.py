@@ -250,6 +250,25 @@ def test_idle_writer_thread_runs_in_sched_idle(tmp_path):
     normal.close()
 
 
+def test_writer_cpu_seconds_counts_the_writer_thread_only(tmp_path):
+    import time
+
+    tel = sink(tmp_path)
+    before = tel.writer_cpu_seconds()
+    assert before is not None and before >= 0
+    busy = time.thread_time() + 0.05
+    while time.thread_time() < busy:  # CPU on the calling thread is not the writer's
+        pass
+    idle = tel.writer_cpu_seconds()
+    assert idle - before < 0.04
+    for _ in range(20):
+        tel.emit("tokens", valid_columns(TABLES["tokens"], 2000))
+    tel.flush()
+    assert tel.writer_cpu_seconds() > idle  # converting and writing ran on the writer thread
+    tel.close()
+    assert tel.writer_cpu_seconds() is None  # the thread has ended
+
+
 def test_parts_carry_statistics_for_integer_and_time_columns_only_and_no_dictionaries(tmp_path):
     """Readers prune parts on steps, ids, versions and times; string and float statistics cost
     ~15% of the encoding and are not written."""
