@@ -221,11 +221,11 @@ class _AlternatingSink:
     def writer_cpu_per_on_step(self) -> float | None:
         """Writer thread CPU seconds per on-step, over the on-blocks after the first (an
         on-block's work ends with its blocking flush; off-blocks hand the writer nothing)."""
+        cpu = self.writer_cpu
         on = [
-            self.writer_cpu[b] - self.writer_cpu[b - 1]
-            for b in self.writer_cpu
-            if b % 2 == 0 and b > 0 and self.writer_cpu.get(b - 1) is not None
-            if self.writer_cpu[b] is not None
+            cpu[b] - cpu[b - 1]
+            for b in cpu
+            if b % 2 == 0 and b > 0 and None not in (cpu[b], cpu.get(b - 1))
         ]
         return sum(on) / (len(on) * self.block) if on else None
 
