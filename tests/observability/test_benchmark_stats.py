@@ -41,3 +41,20 @@ def test_the_interval_is_deterministic_for_a_seed():
 def test_bad_block_lists_are_rejected(on, off):
     with pytest.raises(ValueError, match="paired blocks"):
         bench.paired_ratio_ci(on, off)
+
+
+def test_writer_and_process_cpu_per_step_from_block_end_readings():
+    from types import SimpleNamespace
+
+    s = bench._AlternatingSink(SimpleNamespace(run_id="r", run_dir="d"), block=10)
+    # writer CPU read at the end of blocks 0..4 (on, off, on, off, on); block 0 is excluded
+    s.writer_cpu = {0: 1.0, 1: 1.1, 2: 2.1, 3: 2.1, 4: 3.6}
+    assert s.writer_cpu_per_on_step() == pytest.approx((1.0 + 1.5) / 20)
+    s.writer_cpu[3] = None  # an unreadable clock drops the on-block after it
+    assert s.writer_cpu_per_on_step() == pytest.approx(1.0 / 10)
+    # process CPU at each step's end: 0.2 s per on-step, 0.3 s per off-step (steps 10..19)
+    t, s.process_cpu = 0.0, {}
+    for i in range(30):
+        t += 0.3 if (i // 10) % 2 == 1 else 0.2
+        s.process_cpu[i] = t
+    assert s.process_cpu_per_off_step(warm=12) == pytest.approx(0.3)  # steps 12..19
