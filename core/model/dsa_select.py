@@ -39,11 +39,22 @@ ops: it is order-independent and ignores padding. Not cryptographic; meant for t
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 
 TOPK_MODES = ("deterministic", "nondeterministic")
+
+
+def check_topk_kernel(section: str, mode: str, noise: float) -> None:
+    """ValueError naming ``section.topk_mode`` / ``section.topk_noise`` unless ``mode`` is a Top-k
+    kernel and ``noise`` (the nondeterministic kernel's score-noise std) is finite and >= 0."""
+    if mode not in TOPK_MODES:
+        raise ValueError(f"{section}.topk_mode={mode!r} not in {list(TOPK_MODES)}")
+    if not (math.isfinite(noise) and noise >= 0):
+        raise ValueError(f"{section}.topk_noise={noise} must be a finite float >= 0")
+
 
 _LOW_MASK = (1 << 32) - 1  # low word of the composite key
 _BELOW_NEG_INF = -(1 << 31)  # int32 min: below the order image of -inf (-2139095041)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from core.model.dsa_select import TOPK_MODES
+from core.model.dsa_select import check_topk_kernel
 from core.quant.sync_quantizer import rollout_spec
 from core.rollout.sampling import LOGPROB_MODES, SamplingParams
 
@@ -48,10 +47,7 @@ class RolloutConfig:
             )
         if self.sync_every < 1:
             raise ValueError(f"rollout.sync_every={self.sync_every} must be >= 1")
-        if self.topk_mode not in TOPK_MODES:
-            raise ValueError(f"rollout.topk_mode={self.topk_mode!r} not in {list(TOPK_MODES)}")
-        if not (math.isfinite(self.topk_noise) and self.topk_noise >= 0):
-            raise ValueError(f"rollout.topk_noise={self.topk_noise} must be a finite float >= 0")
+        check_topk_kernel("rollout", self.topk_mode, self.topk_noise)
         self.sampling()  # validates temperature / top_p / top_k / max_new_tokens
         rollout_spec("w4a16", self.quant_preset)  # ValueError naming rollout.quant_preset
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from core.model.dsa_select import TOPK_MODES
+from core.model.dsa_select import check_topk_kernel
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,4 @@ class TrainConfig:
             )
         if not self.dsa_warmup_lr > 0:
             raise ValueError(f"train.dsa_warmup_lr={self.dsa_warmup_lr} must be > 0")
-        if self.topk_mode not in TOPK_MODES:
-            raise ValueError(f"train.topk_mode={self.topk_mode!r} not in {list(TOPK_MODES)}")
-        if not (math.isfinite(self.topk_noise) and self.topk_noise >= 0):
-            raise ValueError(f"train.topk_noise={self.topk_noise} must be a finite float >= 0")
+        check_topk_kernel("train", self.topk_mode, self.topk_noise)
