@@ -281,13 +281,13 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
                     cfg, runs_root=root, telemetry="duckdb", progress=False
                 )
             walls = [m["wall_step_s"] for m in summary["steps"]][warm:]
-            on = [w for i, w in enumerate(walls, warm) if (i // block) % 2 == 0]
-            off = [w for i, w in enumerate(walls, warm) if (i // block) % 2 == 1]
-            on_all += on
-            off_all += off
             by_block: dict[int, list[float]] = {}
             for i, w in enumerate(walls, warm):
                 by_block.setdefault(i // block, []).append(w)
+            on = [w for b, steps in by_block.items() if b % 2 == 0 for w in steps]
+            off = [w for b, steps in by_block.items() if b % 2 == 1 for w in steps]
+            on_all += on
+            off_all += off
             for b, steps in by_block.items():  # an on-block and the off-block after it
                 if b % 2 == 0 and b + 1 in by_block:
                     on_blocks.append(np.mean(steps))
