@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from observability.schema import ColumnSpec
 
-_SCALARS = (int, float, bool, str, bytes, dict, np.generic)
+SCALARS = (int, float, bool, str, bytes, dict, np.generic)
 
 
 def is_torch(x: Any) -> bool:
@@ -41,7 +41,7 @@ def column_length(values: Any) -> int | None:
     """Rows in ``values``, or None for a scalar that will be broadcast."""
     if type(values) is list:  # the common case first: emit checks every column of every batch
         return len(values)
-    if values is None or isinstance(values, _SCALARS):
+    if values is None or isinstance(values, SCALARS):
         return None
     if is_torch(values) or isinstance(values, np.ndarray):
         if values.ndim == 0:

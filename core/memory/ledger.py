@@ -13,9 +13,10 @@ Design:
 - Timestamps are ``time.monotonic_ns()`` (an injectable clock); ``event_id`` is strictly
   increasing per ledger and orders events that share a timestamp.
 - Events are buffered until :meth:`MemoryLedger.flush_to`; the ledger keeps no event history.
-- The sink gets ``memory_events`` typed as the schema says: ``ts`` as epoch datetime64[us] (the monotonic
-  clock anchored to the wall clock once, at ledger creation, so event order is kept) and
-  ``logical_shape`` as an Arrow list of ints; :meth:`pending_columns` keeps the raw ns / string form.
+- The sink gets ``memory_events`` as typed columns (:mod:`core.memory.columns`): ``ts`` as epoch
+  datetime64[us] (the monotonic clock anchored to the wall clock once, at ledger creation, so event
+  order is kept), ``logical_shape`` as an Arrow list of ints, integers as numpy arrays and the
+  recurring strings dictionary-encoded; :meth:`pending_columns` keeps the raw ns / string form.
 """
 
 from __future__ import annotations
@@ -24,17 +25,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import torch
 
 from core.device import Device, process_rss_bytes
 from core.memory.categories import CATEGORIES
-from core.memory.events import EVENT_COLUMNS, MemoryEvent
+from core.memory.columns import telemetry_columns, transposed
+from core.memory.events import MemoryEvent
 from core.memory.peak import Peak, PeakTracker
+from observability.dictionary import StringDictionary
 
 
 class LedgerError(RuntimeError):
@@ -99,6 +99,7 @@ class MemoryLedger:
         self._live: dict[str, MemoryObject] = {}
         self._freed: set[str] = set()
         self._pending: list[MemoryEvent] = []
+        self._strings: dict[str, StringDictionary] = {}  # interned per column, for the sink
         self._by_category: Counter[str] = Counter()
         self._by_owner: Counter[str] = Counter()
         self._by_pair: Counter[tuple[str, str]] = Counter()
@@ -352,28 +353,17 @@ class MemoryLedger:
     def pending_columns(self) -> dict[str, list[Any]]:
         """Buffered (unflushed) events as columns of ``memory_events``, raw: ``ts`` in monotonic
         ns, ``logical_shape`` as a string (``"[3, 5]"``)."""
-        cols = self._transposed()
+        cols = transposed(self._pending)
         cols["logical_shape"] = [str(list(shape)) for shape in cols["logical_shape"]]
         return cols
 
-    def _transposed(self) -> dict[str, list[Any]]:
-        if not self._pending:
-            return {col: [] for col in EVENT_COLUMNS}
-        return dict(zip(EVENT_COLUMNS, map(list, zip(*self._pending, strict=True)), strict=True))
-
     def telemetry_columns(self) -> dict[str, Any]:
-        """Buffered events as ``memory_events`` columns for the sink: ``ts`` as a datetime64[us]
-        array (epoch), ``logical_shape`` as an Arrow list array (typed, so the sink does not
-        re-infer ~200 Python rows a step)."""
-        cols: dict[str, Any] = self._transposed()
-        ns = np.asarray(cols["ts"], dtype=np.int64) + self._epoch_offset_ns
-        cols["ts"] = (ns // 1000).astype("datetime64[us]")
-        shapes = cols["logical_shape"]
-        offsets = np.zeros(len(shapes) + 1, dtype=np.int32)
-        np.cumsum(np.fromiter(map(len, shapes), dtype=np.int32, count=len(shapes)), out=offsets[1:])
-        flat = np.fromiter(chain.from_iterable(shapes), dtype=np.int64, count=int(offsets[-1]))
-        cols["logical_shape"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
-        return cols
+        """Buffered events as typed ``memory_events`` columns for the sink (numpy integers, epoch
+        ``ts``, an Arrow list ``logical_shape``, dictionary-encoded recurring strings:
+        :func:`core.memory.columns.telemetry_columns`)."""
+        return telemetry_columns(
+            self._pending, epoch_offset_ns=self._epoch_offset_ns, strings=self._strings
+        )
 
     # ------------------------------------------------------------------ output
     def flush_events_to(self, telemetry: Any) -> int:

@@ -54,6 +54,28 @@ def test_batches_that_cannot_join_exactly_are_left_alone():
     assert merge_batches(spec, [a]) is a
 
 
+def test_scalars_join_as_one_scalar_or_per_batch_lists():
+    """A run constant given as a scalar stays one scalar (broadcast once); scalars that differ
+    between batches become per-batch lists; both convert to the rows of the batches one by one."""
+    spec = TABLES["samples"]
+    batches = []
+    for i, n in enumerate((2, 3)):
+        cols = valid_columns(spec, n, seed=i, start_id=10 * i)
+        cols.update(engine="rollout", tokenizer_rev="rev", teacher_id=None, domain=f"d{i}")
+        batches.append(snapshot("samples", cols))
+    merged = merge_batches(spec, batches)
+    assert merged["engine"] == "rollout" and merged["teacher_id"] is None
+    assert merged["domain"] == ["d0", "d0", "d1", "d1", "d1"]
+    one_by_one = pa.concat_tables([build("samples", b) for b in batches])
+    assert build("samples", merged).equals(one_by_one)
+    steps = TABLES["steps"]
+    rows = [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.5}]  # one-row batches of scalars
+    assert merge_batches(steps, rows) == {"step": [1, 2], "loss": 0.5}
+    assert merge_batches(steps, [rows[0], dict(rows[0])]) is None  # the length would be lost
+    a, b = (snapshot("samples", valid_columns(spec, 2, start_id=s)) for s in (0, 2))
+    assert merge_batches(spec, [dict(a, engine="rollout"), b]) is None  # a scalar next to a list
+
+
 def test_snapshot_copies_what_the_caller_could_mutate():
     t = torch.arange(3, dtype=torch.int64)
     cols = {"pos": np.arange(3), "token_id": t, "role": ["prompt"] * 3, "step": 1}

@@ -2,11 +2,14 @@
 
 import itertools
 
+import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 
 from core.memory import CATEGORIES, EVENT_COLUMNS, LedgerError, MemoryLedger
 from core.memory.checks import lifecycle_violations
+from observability.records import build_table
 
 
 def make_ledger() -> MemoryLedger:
@@ -173,8 +176,31 @@ def test_telemetry_columns_type_shapes_and_time_for_the_sink():
     assert cols["logical_shape"].to_pylist() == [[2, 4], [], [2, 4]]
     assert str(cols["logical_shape"].type) == "list<item: int64>"
     assert cols["ts"].dtype == "datetime64[us]" and len(cols["ts"]) == 3
-    assert cols["object"] == ["a", "s", "a"] and cols["event"] == ["create", "create", "free"]
+    assert cols["object"].to_pylist() == ["a", "s", "a"]
+    assert pa.types.is_dictionary(cols["event"].type)  # recurring strings travel as codes
+    assert cols["event"].to_pylist() == ["create", "create", "free"]
+    assert cols["bytes"].dtype == np.int64 and cols["persistent"].dtype == bool
     assert led.pending_columns()["logical_shape"] == ["[2, 4]", "[]", "[2, 4]"]
+
+
+def test_telemetry_columns_convert_to_the_rows_of_the_plain_columns():
+    """The sink stores the typed columns exactly as it stores the ledger's plain lists, and the
+    string codes stay stable from one flush to the next."""
+    led = make_ledger()
+    led.create("a", "live_io", 8, logical_shape=(2, 4), owner="x")
+    first = led.telemetry_columns()
+    led._pending.clear()
+    led.create("b", "saved_activations", 4, owner="y")
+    led.free("a")
+    second = led.telemetry_columns()
+    assert second["category"].indices.to_pylist() == [1, 0]  # live_io kept code 0
+    plain = led.pending_columns()
+    plain["ts"] = second["ts"]
+    plain["logical_shape"] = second["logical_shape"]
+    typed = build_table("memory_events", second, run_id="r", rank=0)
+    assert typed.equals(build_table("memory_events", plain, run_id="r", rank=0))
+    assert typed.schema.field("category").type == pa.string()
+    assert first["owner"].to_pylist() == ["x"]
 
 
 def test_empty_ledger_has_empty_columns():
