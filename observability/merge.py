@@ -6,10 +6,11 @@ batches column by column (``merge_batches``) and converts and validates the resu
 ``build_table`` call: a flush's eight or so steps of ``tokens`` rows cost one conversion instead
 of eight, run back to back on a warm cache instead of between the step's torch kernels. When the
 batches cannot be joined exactly (different column sets, dtypes or kinds, broadcast scalars next to
-arrays, unequal scalars) ``merge_batches`` returns None and the writer converts them one by one; it
-does the same when the merged batch fails validation, so only the offending batch is rejected. A
-column that every batch gives as the same scalar (a run's tokenizer revision, a step's engine)
-stays one scalar, broadcast once at conversion instead of converted row by row.
+arrays) ``merge_batches`` returns None and the writer converts them one by one; it does the same
+when the merged batch fails validation, so only the offending batch is rejected. A column that
+every batch gives as the same scalar (a run's tokenizer revision, the engine) stays one scalar,
+broadcast once at conversion instead of converted row by row; scalars that differ between batches
+become per-batch lists.
 """
 
 from __future__ import annotations
