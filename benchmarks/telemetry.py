@@ -268,6 +268,8 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
         "train.eval_every=0",
         "train.eval_size=16",
         f'telemetry.writer_priority="{args.writer_priority}"',
+        f"telemetry.flush_seconds={args.flush_seconds}",
+        f"telemetry.step_flush_min_seconds={args.flush_seconds}",
     ]
     cfg = driver.resolve_config(None, overrides, steps=args.train_steps)
     on_all, off_all, ratios, median_ratios = [], [], [], []
@@ -297,7 +299,8 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
     inside = sum(v for x in sinks for k, v in x.inside_s.items() if k >= warm) / len(on_all)
     q1, q3 = np.percentile(ratios, [25, 75])
     print(
-        f"step time, writer priority {args.writer_priority}, sink on/off in blocks of {block} steps"
+        f"step time, writer priority {args.writer_priority}, flushes every {args.flush_seconds} s, "
+        f"sink on/off in blocks of {block} steps"
         f"{' (sink flushes itself inside a block)' if args.overlap else ''}, {args.repeats} runs x "
         f"{args.train_steps - warm} steps: mean ratio, median over runs "
         f"{float(np.median(ratios)):.3f}x (IQR {q1:.3f}-{q3:.3f}; goal <= {STEP_TIME_GOAL}x)"
@@ -356,6 +359,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=["idle", "normal"],
         default=TelemetryConfig.writer_priority,
         help="TelemetryConfig.writer_priority for the step_time_ab section",
+    )
+    p.add_argument(
+        "--flush-seconds",
+        type=float,
+        default=TelemetryConfig.flush_seconds,
+        help="step_time_ab: TelemetryConfig.flush_seconds and step_flush_min_seconds (the cadence)",
     )
     p.add_argument("--section", choices=sorted(SECTIONS), action="append")
     args = p.parse_args(argv)
