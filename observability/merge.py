@@ -92,7 +92,6 @@ def merge_batches(spec: TableSpec, batches: list[dict[str, Any]]) -> dict[str, A
     names = batches[0].keys()
     if any(b.keys() != names for b in batches):
         return None
-    lengths = [_length(b) for b in batches]
     out: dict[str, Any] = {}
     for name in names:
         values = [b[name] for b in batches]
@@ -101,7 +100,7 @@ def merge_batches(spec: TableSpec, batches: list[dict[str, Any]]) -> dict[str, A
             continue
         parts = [_part(v) for v in values]
         if all(p is None and isinstance(v, _SCALAR_TYPES) for p, v in zip(parts, values)):
-            parts = [[v] * n for v, n in zip(values, lengths)]  # scalars that differ: as lists
+            parts = [[v] * _length(b) for v, b in zip(values, batches)]  # differing scalars
         first = parts[0]
         if any(p is None for p in parts):  # a scalar next to arrays
             return None
