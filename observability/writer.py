@@ -106,6 +106,9 @@ class DuckDBTelemetry:
         self._parts = PartWriter(run_dir, rank=rank)
         self._started_at = time.time()
         self._last_step_flush = float("-inf")
+        self.step_flushes = 0
+        """How many ``step_end`` calls asked the writer to flush (the others were within
+        ``step_flush_min_seconds`` of the previous one)."""
         self._error: BaseException | None = None  # a failed part write: the sink is broken
         self._rejected: collections.deque = collections.deque()  # batches the writer refused
         self._closed = False
@@ -153,6 +156,7 @@ class DuckDBTelemetry:
         if now - self._last_step_flush < self.config.step_flush_min_seconds:
             return
         self._last_step_flush = now
+        self.step_flushes += 1
         self._writer.request_flush()
 
     def writer_cpu_seconds(self) -> float | None:

@@ -87,6 +87,8 @@ def test_flush_on_rows_seconds_and_step_end(tmp_path):
     stepped = sink(tmp_path, name="stepped", config=TelemetryConfig(flush_seconds=60))
     stepped.emit("samples", valid_columns(TABLES["samples"], 3))
     stepped.step_end(0)
+    stepped.step_end(1)  # within step_flush_min_seconds (2 s) of the first: no second flush
+    assert stepped.step_flushes == 1
     deadline = time.monotonic() + 5
     while not list_parts(tmp_path / "stepped", "samples") and time.monotonic() < deadline:
         time.sleep(0.02)
