@@ -7,6 +7,7 @@ alternating blocks of steps of the same runs (drift-free; see ``AlternatingSink`
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import tempfile
 import time
@@ -151,15 +152,13 @@ class AlternatingSink:
     def close(self, status: str = "finished") -> None:
         self.sink.close(status)
 
-    def _steps_in(self, block_id: int) -> int:
-        return sum(1 for b in self.block_of.values() if b == block_id)
-
     def writer_cpu_per_on_step(self) -> float | None:
         """Writer thread CPU seconds per on-step, over the complete on-blocks after the first (an
         on-block's work ends with its blocking flush; off-blocks hand the writer nothing)."""
         cpu = self.writer_cpu
         on = [b for b in cpu if b % 2 == 0 and b > 0 and None not in (cpu[b], cpu.get(b - 1))]
-        steps = sum(self._steps_in(b) for b in on)
+        size = collections.Counter(self.block_of.values())  # block id -> its steps
+        steps = sum(size[b] for b in on)
         return sum(cpu[b] - cpu[b - 1] for b in on) / steps if steps else None
 
     def process_cpu_per_off_step(self, warm: int) -> float | None:
@@ -184,11 +183,12 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
     real_open = driver.open_telemetry
     block = args.block
     warm = 2 * block if args.warmup_steps is None else args.warmup_steps
-    aligned = getattr(args, "aligned", False)
     sinks: list[AlternatingSink] = []
 
     def alternating(*a, **kw):
-        sink = AlternatingSink(real_open(*a, **kw), block, overlap=args.overlap, aligned=aligned)
+        sink = AlternatingSink(
+            real_open(*a, **kw), block, overlap=args.overlap, aligned=args.aligned
+        )
         sinks.append(sink)
         return sink
 
@@ -230,7 +230,7 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
     inside = sum(v for x in sinks for k, v in x.inside_s.items() if k >= warm) / len(on_all)
     design = (
         "aligned to the sink's own flushes"
-        if aligned
+        if args.aligned
         else "the sink flushes itself inside a block"
         if args.overlap
         else "serial"
