@@ -172,7 +172,7 @@ def section_step_time_ab(args: argparse.Namespace) -> None:
     """Step time with the sink on vs off in alternating blocks of steps inside the same runs.
 
     Per run: mean wall time of the on-steps (their blocking end-of-block flush included) / mean
-    of the off-steps, the first two blocks (or --warmup-steps) excluded as warm-up; prints the
+    of the off-steps, the first 2 x --block steps (or --warmup-steps) excluded as warm-up; prints the
     median over runs, the pooled ratio, the same with medians (which ignore the flush steps), and
     the ratio over on/off block pairs with a bootstrap interval (``paired_ratio_ci``). Eval is
     off, so every step is a GRPO step.
