@@ -66,10 +66,11 @@ class PendingTables:
         """Tables whose pending rows reached ``flush_rows``."""
         return [name for name, r in self.rows.items() if r >= self.flush_rows]
 
-    def due(self, now: float | None = None) -> bool:
-        """True when the oldest pending batch is ``flush_seconds`` old."""
+    def due(self, now: float | None = None, seconds: float | None = None) -> bool:
+        """True when the oldest pending batch is ``seconds`` (default ``flush_seconds``) old."""
         now = time.monotonic() if now is None else now
-        return self.oldest is not None and now - self.oldest >= self.flush_seconds
+        seconds = self.flush_seconds if seconds is None else seconds
+        return self.oldest is not None and now - self.oldest >= seconds
 
     def seconds_to_due(self, now: float | None = None) -> float | None:
         """Seconds until ``due`` (0 if already), None with nothing pending."""

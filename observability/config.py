@@ -25,10 +25,22 @@ class TelemetryConfig:
     flush_seconds: float = 2.0
     """Pending rows are written once the oldest is this old (> 0): checked by every ``emit`` and
     by the writer's own timer every ``flush_seconds / 4``, so a stalled loop's rows are at most
-    1.25x this late."""
+    this interval (as stretched by ``writer_cpu_budget``) plus a quarter of it late."""
     step_flush_min_seconds: float = 2.0
     """``step_end`` flushes only if the previous step-end flush is at least this old (>= 0; 0:
     flush at every step end). Short steps then share parts instead of writing tiny ones."""
+    writer_cpu_budget: float = 0.01
+    """Share of wall time the background writer may spend on CPU, in [0, 1] (0: no pacing). While
+    flushes cost the writer more, both time thresholds above are stretched (up to
+    ``max_flush_seconds``) so that each flush carries more rows for the same per-flush cost
+    (``pacing.FlushPacer``). On the 2-core CPU machine a flush costs ~40-100 ms of CPU whatever
+    its size (its code and data are cold again after a second of training; a back-to-back flush
+    costs ~20 ms): unpaced, the writer took 3.1-4.3% of each step; paced, flushes come every
+    ~7-10 s and it takes 1.2-1.4% (``benchmarks/README.md``). A run whose steps are longer than
+    the stretched interval flushes at each step end as before."""
+    max_flush_seconds: float = 10.0
+    """The longest the pacer may stretch ``flush_seconds`` to (> 0; at or below ``flush_seconds``
+    there is no stretching): the bound on a live reader's lag behind a running loop."""
     queue_max_batches: int = 256
     """Batches waiting in the hand-off buffer for the background writer (>= 1); when full,
     ``emit`` wakes the writer and blocks until it has drained them (backpressure, no drops)."""
@@ -63,6 +75,14 @@ class TelemetryConfig:
             raise ValueError(
                 "telemetry.step_flush_min_seconds must be >= 0, "
                 f"got {self.step_flush_min_seconds!r}"
+            )
+        if not 0.0 <= self.writer_cpu_budget <= 1.0:
+            raise ValueError(
+                f"telemetry.writer_cpu_budget must be in [0, 1], got {self.writer_cpu_budget!r}"
+            )
+        if not self.max_flush_seconds > 0:
+            raise ValueError(
+                f"telemetry.max_flush_seconds must be > 0, got {self.max_flush_seconds!r}"
             )
         if self.writer_priority not in WRITER_PRIORITIES:
             raise ValueError(

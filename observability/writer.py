@@ -9,7 +9,9 @@ Batches above ``config.defer_rows`` rows (0: all) are instead converted and vali
 
 The writer (``writer_thread.WriterThread``) writes a table's part when it reaches ``flush_rows``,
 when the oldest pending batch is ``flush_seconds`` old, at ``step_end`` / ``flush`` and at
-``close``, and blocks ``emit`` when it cannot keep up (backpressure: nothing is dropped).
+``close``, and blocks ``emit`` when it cannot keep up (backpressure: nothing is dropped). The two
+time thresholds are paced (``pacing.FlushPacer``): stretched, up to ``max_flush_seconds``, while
+flushes cost the writer more CPU than ``writer_cpu_budget`` of wall time.
 ``close`` is safe inside a signal handler.
 Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close),
 from the training process.
@@ -149,15 +151,24 @@ class DuckDBTelemetry:
 
         Steps shorter than ``config.step_flush_min_seconds`` are not flushed one by one (each
         flush is an fsync'd part per table); their rows go out with a later step end or the
-        ``flush_seconds`` timer, so a live reader still lags by at most that interval.
+        ``flush_seconds`` timer, so a live reader still lags by at most that interval. Both
+        intervals are stretched by the writer's pacer while flushes cost more than
+        ``config.writer_cpu_budget`` (``flush_interval_s``).
         """
         self._check_open()
         now = time.monotonic()
-        if now - self._last_step_flush < self.config.step_flush_min_seconds:
+        min_seconds = self.config.step_flush_min_seconds * self._writer.pacer.stretch
+        if now - self._last_step_flush < min_seconds:
             return
         self._last_step_flush = now
         self.step_flushes += 1
         self._writer.request_flush()
+
+    @property
+    def flush_interval_s(self) -> float:
+        """The writer's current time threshold: ``config.flush_seconds`` stretched by its pacer
+        (at most ``config.max_flush_seconds``), about how far a live reader lags."""
+        return self._writer.pacer.interval
 
     def writer_cpu_seconds(self) -> float | None:
         """CPU seconds the background writer thread has used so far (None where unmeasurable or

@@ -5,8 +5,10 @@ The sink calls ``batch``, ``request_flush``, ``flush`` and ``stop``, and reads t
 hand-off buffer; the thread is *not* woken per batch but on a control message (row threshold,
 time threshold seen by ``batch``, a flush request, a full buffer, ``flush``, ``stop``) or on its own
 timer (a quarter of ``flush_seconds``, for when training stalls), so the training thread does not
-hand the GIL to it ~10 times a step. Backpressure: at most ``queue_max_batches`` batches wait;
-then ``batch`` wakes the writer and blocks until it has drained (nothing is dropped). The hand-off
+hand the GIL to it ~10 times a step. The time thresholds follow ``pacer``
+(``pacing.FlushPacer``), which stretches them while flushes cost the writer more than its CPU
+budget. Backpressure: at most ``queue_max_batches`` batches wait; then ``batch`` wakes the
+writer and blocks until it has drained (nothing is dropped). The hand-off
 uses ``collections.deque`` appends and ``queue.SimpleQueue`` only (reentrant C code), so ``stop``
 is safe inside a signal handler.
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from observability.batcher import PendingTables
 from observability.config import TelemetryConfig
+from observability.pacing import FlushPacer
 from observability.parts import PartWriter
 
 _STOP, _FLUSH, _ROWS, _TICK = "stop", "flush", "rows", "tick"
@@ -60,6 +63,11 @@ class WriterThread:
     ) -> None:
         self.flush_rows, self.flush_seconds = config.flush_rows, config.flush_seconds
         self.priority = config.writer_priority
+        self.pacer = FlushPacer(
+            config.flush_seconds,
+            budget=config.writer_cpu_budget,
+            ceiling=config.max_flush_seconds,
+        )
         self.answers: list[tuple[str, BaseException]] = []  # ("rejected" | "error", exception)
         self.tables = PendingTables(
             PartWriter(run_dir, rank=rank),
@@ -112,7 +120,7 @@ class WriterThread:
         if rows >= self.flush_rows:
             self._buffered_rows[table] = 0
             self._data.put((_ROWS, self._appended, None))
-        elif now - self._oldest >= self.flush_seconds:
+        elif now - self._oldest >= self.pacer.interval:
             self.request_flush()
 
     def request_flush(self) -> None:
@@ -157,6 +165,7 @@ class WriterThread:
         if self.priority == "idle":
             lower_priority()
         tables, tick, drained = self.tables, self.flush_seconds / 4, 0
+        cpu_mark = time.thread_time()  # this thread's CPU at the end of the previous flush
         while True:
             try:
                 kind, upto, payload = self._data.get(timeout=tick)
@@ -171,10 +180,15 @@ class WriterThread:
                 for name in tables.full_tables():
                     tables.write(name)
                 continue
-            if kind == _TICK and not tables.due():
+            if kind == _TICK and not tables.due(seconds=self.pacer.interval):
                 continue
+            wrote = bool(tables.pending)
             tables.write_all()
             if payload is not None:
                 payload.set()
             if kind == _STOP:
                 return
+            if wrote:  # an empty flush would drag the pacer's estimate down for nothing
+                cpu = time.thread_time()
+                self.pacer.record(cpu - cpu_mark)  # everything since the last one, parts included
+                cpu_mark = cpu
