@@ -7,7 +7,8 @@ prints absolute rows/s and the ratio (goal >= 0.8). ``os.sync()`` runs between t
 Section ``step_time``: training step time with ``--telemetry duckdb`` vs ``none`` on the default
 tiny config, in paired runs. Section ``step_time_ab``: the sink on and off in alternating blocks
 of steps of the same runs (drift-free; ``telemetry_step_time.AlternatingSink``). Goal for both
-<= 1.02.
+<= 1.02. Section ``cold_start``: a small flush's encode after idle and busy pauses vs warm
+(``telemetry_cold``: why a flush costs the loop several times its warm cost on this machine).
 Usage: ``python benchmarks/telemetry.py [--section NAME] [--repeats N] [--train-steps N]``.
 """
 
@@ -23,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-from telemetry_step_time import section_step_time, section_step_time_ab  # benchmarks/, on sys.path
+from telemetry_cold import section_cold_start  # benchmarks/, on sys.path
+from telemetry_step_time import section_step_time, section_step_time_ab
 
 from observability import DuckDBTelemetry, TelemetryConfig
 from observability.parts import parquet_options
@@ -109,6 +111,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
     "ingest": section_ingest,
     "step_time": section_step_time,
     "step_time_ab": section_step_time_ab,
+    "cold_start": section_cold_start,
 }
 
 
@@ -144,6 +147,13 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=TelemetryConfig.flush_seconds,
         help="step_time_ab: TelemetryConfig.flush_seconds and step_flush_min_seconds (the cadence)",
+    )
+    p.add_argument(
+        "--writer-cpu-budget",
+        type=float,
+        default=TelemetryConfig.writer_cpu_budget,
+        help="step_time_ab: TelemetryConfig.writer_cpu_budget (0: no pacing, flushes every "
+        "--flush-seconds)",
     )
     p.add_argument("--section", choices=sorted(SECTIONS), action="append")
     args = p.parse_args(argv)

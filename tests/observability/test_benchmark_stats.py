@@ -118,3 +118,17 @@ def test_writer_and_process_cpu_per_step_from_block_end_readings():
         t += 0.3 if (i // 10) % 2 == 1 else 0.2
         s.process_cpu[i] = t
     assert s.process_cpu_per_off_step(warm=12) == pytest.approx(0.3)  # steps 12..19
+
+
+def test_cold_start_section_prints_one_line_per_pause(monkeypatch, capsys):
+    path = _PATH.with_name("telemetry_cold.py")
+    spec = importlib.util.spec_from_file_location("bench_cold", path)
+    cold = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cold)
+    monkeypatch.setattr(cold, "GAPS_S", (0.0, 0.01))
+    cold.section_cold_start(type("Args", (), {"repeats": 2})())
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        f"cold_start, {mode} pause {gap:4.2f} s" for mode in ("idle", "busy") for gap in (0, 0.01)
+    ]
+    assert all("ms wall" in line and "warm" in line for line in lines)
