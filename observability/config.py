@@ -35,7 +35,7 @@ class TelemetryConfig:
     ``max_flush_seconds``) so that each flush carries more rows for the same per-flush cost
     (``pacing.FlushPacer``). On the 2-core CPU machine a flush costs ~40-100 ms of CPU whatever
     its size (its code and data are cold again after a second of training; a back-to-back flush
-    costs ~20 ms): unpaced, the writer took 3.1-4.3% of each step; paced, flushes come every
+    costs ~20 ms): unpaced, the writer took 2.6-4.3% of each step; paced, flushes come every
     ~7-10 s and it takes 1.2-1.4% (``benchmarks/README.md``). A run whose steps are longer than
     the stretched interval flushes at each step end as before."""
     max_flush_seconds: float = 10.0
