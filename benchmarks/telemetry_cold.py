@@ -4,8 +4,8 @@ The writer encodes a flush every ~2 s; in between, its code and data are not tou
 section encodes the same small Parquet flush (two tables with the schema's file settings, in
 memory: no file system) back to back and after pauses of growing length, and prints the first
 encode's wall and thread-CPU time after each pause against the warm cost. The pause is either
-idle (``sleep``) or busy with other work on the same thread (torch matmuls over a 64 MiB buffer,
-as the training loop keeps the CPU busy between flushes).
+idle (``sleep``) or busy with other work on the same thread (an in-place torch multiply streaming
+a 64 MiB buffer, as the training loop keeps the CPU busy between flushes).
 """
 
 from __future__ import annotations

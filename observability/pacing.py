@@ -1,13 +1,16 @@
 """``FlushPacer``: how long the background writer waits between timed / step-end flushes.
 
-A flush costs the writer a roughly fixed amount of CPU per table (conversion, encoding, an fsync'd
-part file) plus a little per row, and on a machine whose training keeps every core busy that CPU
-comes out of the training step about 1:1 (``benchmarks/README.md``). The pacer keeps the writer's
+A flush costs the writer a large, nearly size-independent amount of CPU (on the CPU machine mostly
+a cold start: its code and data must be fetched again after a second of training) plus a little
+per row, and on a machine whose training keeps every core busy that CPU comes out of the training
+step about 1:1 (``benchmarks/README.md``). The pacer keeps the writer's
 share of wall time within ``budget``: after each flush it sets the next interval to the writer's
 CPU since the previous flush (smoothed) divided by ``budget``, never shorter than the configured
 ``flush_seconds`` and never longer than ``ceiling``. With a flush of fixed cost ``F`` and per-second
 row cost ``r``, the interval settles at ``F / (budget - r)`` (the map ``T -> (F + r T) / budget`` is
 a contraction for ``r < budget``); when rows alone cost more than the budget it stays at ``ceiling``.
+Where the cold start itself grows with the pause (as measured there), the interval settles
+longer, at most ``ceiling``.
 
 So a large model's run (a step of minutes, a flush per step) flushes exactly as configured, and a
 tiny, fast loop trades a few seconds of live lag for a bounded overhead. ``budget = 0`` turns pacing
