@@ -148,10 +148,22 @@ def run_status(run: paths.RunRef) -> tuple[str, pd.Series | None]:
     status = str(row["status"])
     if status == "running":
         age = time.time() - pd.Timestamp(row["updated_at"]).timestamp()
-        newest = max((p.stat().st_mtime for p in (run.path / "telemetry").iterdir()), default=0)
-        if time.time() - newest > QUIET_AFTER_S and age > QUIET_AFTER_S:
+        written = written_age_s(run)
+        if (written is None or written > QUIET_AFTER_S) and age > QUIET_AFTER_S:
             status = "running (quiet)"
     return status, row
+
+
+def written_age_s(run: paths.RunRef) -> float | None:
+    """Seconds since the run's telemetry last changed (a part committed into a table folder, the
+    manifest rewritten), or None without telemetry. While a run trains this is how far the
+    charts lag it: the writer flushes every ``telemetry.flush_seconds`` or, paced to its CPU
+    budget, up to ``telemetry.max_flush_seconds``."""
+    try:
+        newest = max((p.stat().st_mtime for p in (run.path / "telemetry").iterdir()), default=None)
+    except OSError:
+        return None
+    return None if newest is None else max(0.0, time.time() - newest)
 
 
 def refresh_seconds(runs: list[paths.RunRef]) -> float | None:
@@ -166,12 +178,15 @@ _COLORS = {"running": "green", "finished": "gray", "failed": "red"}
 
 
 def status_line(runs: list[paths.RunRef]) -> None:
-    """One line per run: name, status (coloured) and latest step."""
+    """One line per run: name, status (coloured), latest step and, while it runs, how long ago
+    its telemetry was last written."""
     parts = []
     for run in runs:
         status, _ = run_status(run)
         last = handle(str(run.path)).query(queries.last_step)
         step = "no steps yet" if last is None else f"step {last}"
+        if status == "running" and (written := written_age_s(run)) is not None:
+            step += f" · written {written:.0f} s ago"
         color = _COLORS.get(status.split()[0], "orange")
         parts.append(f"**{run.name}** :{color}[{status}] · {step}")
     st.caption("  \n".join(parts))

@@ -116,3 +116,23 @@ def test_live_rerun_picks_up_new_steps(monkeypatch, tmp_path, tiny):
     # both curves (mean, p99) gain steps 3 and 4 (the p99 as gaps: those rows carry none)
     assert figures(at)[title]["points"] == before + 4
     assert "step 4" in at.caption[0].value
+
+
+def test_running_run_shows_how_long_ago_it_was_written(monkeypatch, tmp_path):
+    """While a run trains, its status line says how old the newest telemetry is (the live lag)."""
+    from observability import DuckDBTelemetry, TelemetryConfig
+
+    root = tmp_path / "runs"
+    sink = DuckDBTelemetry(root / "live", config=TelemetryConfig(compact_on_close=False))
+    try:
+        sink.emit("steps", {"step": [0, 1], "policy_version": [1, 2], "loss": [0.5, 0.4]})
+        sink.flush()
+        at = run_page(monkeypatch, root, ["live"], "Overview")
+        assert not at.exception
+        caption = at.caption[0].value
+        assert "[running]" in caption and "step 1" in caption
+        assert "· written " in caption and " s ago" in caption
+    finally:
+        sink.close()
+    at.run()
+    assert "finished" in at.caption[0].value and "written" not in at.caption[0].value
