@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from observability import DuckDBTelemetry, TelemetryConfig
 from tests.dashboards.apptest import PAGES, append_steps, figures, notes, run_page
 
 # Charts each page must draw (with data) over the bf16 run + Top-k/route/qparams/contract rows.
@@ -120,8 +121,6 @@ def test_live_rerun_picks_up_new_steps(monkeypatch, tmp_path, tiny):
 
 def test_running_run_shows_how_long_ago_it_was_written(monkeypatch, tmp_path):
     """While a run trains, its status line says how old the newest telemetry is (the live lag)."""
-    from observability import DuckDBTelemetry, TelemetryConfig
-
     root = tmp_path / "runs"
     sink = DuckDBTelemetry(root / "live", config=TelemetryConfig(compact_on_close=False))
     try:
