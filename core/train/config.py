@@ -66,6 +66,9 @@ class TrainConfig:
     the trainer recomputes Top-k, as GLM-5's does, where a nondeterministic kernel degraded RL)."""
     topk_noise: float = 1e-3
     """Nondeterministic actor kernel only: std of the additive indexer-score noise (≥ 0)."""
+    save_checkpoint: bool = True
+    """Write the final actor weights to ``RUN_DIR/checkpoint`` (the checkpoint format of
+    ``core.model.checkpoint``): a trained run can then serve as a teacher or a new base."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:

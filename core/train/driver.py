@@ -78,6 +78,8 @@ def run_training(
         t0 = time.time()
         summary = run_grpo(session, steps=cfg.train.steps, progress=on_step)
         summary["seconds"] = time.time() - t0
+        if cfg.train.save_checkpoint:
+            summary["checkpoint"] = str(save_final_checkpoint(session, run_dir))
         summary["run_dir"] = str(run_dir)
         log.info(
             "finished: eval accuracy %.3f -> %.3f",
@@ -95,6 +97,22 @@ def run_training(
             bar.close()
     sink.close("finished")
     return run_dir, summary
+
+
+def save_final_checkpoint(session, run_dir: Path) -> Path:
+    """The actor's final weights as ``RUN_DIR/checkpoint`` (loadable as ``train.base_model``)."""
+    from core.model.checkpoint import save_checkpoint
+
+    out = run_dir / "checkpoint"
+    meta = {
+        "produced_by": "closedloop train",
+        "run_id": run_dir.name,
+        "policy_version": session.version,
+        "tokenizer_rev": session.tok.revision,
+        "chat_template_rev": CHAT_TEMPLATE_REV,
+    }
+    save_checkpoint(out, session.actor.named_weights(), session.model_cfg, meta)
+    return out
 
 
 def print_summary(run_dir: Path, summary: dict) -> None:
