@@ -1,4 +1,5 @@
-"""CLI: ``closedloop gate RUN [--policy P] [--baseline RUN] [--junit FILE] [--markdown FILE]``.
+"""CLI: ``closedloop gate RUN [--policy P] [--baseline RUN] [--allow-running] [--junit FILE]
+[--markdown FILE]``.
 
 Exit codes: 0 every required check passed, 1 a required check failed or errored, 2 usage error,
 unreadable run, baseline or policy, or results that could not be recorded. ``register`` adds the
@@ -25,7 +26,13 @@ def _write(path: str, text: str) -> None:
 
 def _gate(args: argparse.Namespace) -> int:
     try:
-        gate = run_gate(args.run, policy=args.policy, baseline=args.baseline, record=False)
+        gate = run_gate(
+            args.run,
+            policy=args.policy,
+            baseline=args.baseline,
+            record=False,
+            allow_running=args.allow_running,
+        )
     except GateUsageError as e:
         print(f"closedloop gate: {e}", file=sys.stderr)
         return USAGE_ERROR
@@ -50,6 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run directory")
     p.add_argument("--policy", default=None, help="policy TOML (default contracts/release.toml)")
     p.add_argument("--baseline", default=None, help="baseline run for the regression checks")
+    p.add_argument(
+        "--allow-running",
+        action="store_true",
+        help="gate a live run: run.finished accepts status 'running' (a killed run has it too)",
+    )
     p.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML here")
     p.add_argument("--markdown", default=None, metavar="FILE", help="write a Markdown summary")
     p.set_defaults(func=_gate)

@@ -1,4 +1,5 @@
-"""What a check sees: the run's DuckDB views, its declared rule (``RunInfo``), the policy, a baseline.
+"""What a check sees: the run's DuckDB views, its declared rule (``RunInfo``), its state
+(``RunState``: status, steps recorded, last write), the policy, a baseline.
 
 Plus the SQL helpers every check group shares: rows as dicts, the one-pass "count the population
 and its violations, then fetch up to 5 examples" pattern, and result constructors. Predicates are
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import duckdb
 
 from contracts.policy import Policy
 from contracts.result import ERROR, MAX_EXAMPLES, NOT_APPLICABLE, CheckResult, json_safe, verdict
+from observability.parts import last_write_time
 
 
 class CheckError(Exception):
@@ -60,6 +63,32 @@ class RunInfo:
         )
 
 
+@dataclass(frozen=True)
+class RunState:
+    """Where the run stands: shown in the gate report and judged by ``run.finished``."""
+
+    status: str | None
+    """The latest ``runs.status`` (``running`` for a killed run), None when unknown."""
+    steps: int
+    """Distinct steps in the ``steps`` table."""
+    last_step: int | None
+    last_write: datetime | None
+    """When the run's telemetry was last written (its newest part), UTC."""
+
+    def summary(self) -> str:
+        when = "never" if self.last_write is None else self.last_write.isoformat(timespec="seconds")
+        last = "" if self.last_step is None else f" (last step {self.last_step})"
+        return f"{self.steps} steps recorded{last}, last write {when}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "steps": self.steps,
+            "last_step": self.last_step,
+            "last_write": None if self.last_write is None else self.last_write.isoformat(),
+        }
+
+
 def _nan_to_none(value: Any) -> Any:
     return None if isinstance(value, float) and value != value else value
 
@@ -75,12 +104,15 @@ class CheckContext:
         policy: Policy,
         baseline: duckdb.DuckDBPyConnection | None = None,
         baseline_dir: Path | None = None,
+        allow_running: bool = False,
     ) -> None:
         self.con = con
         self.run_dir = run_dir
         self.policy = policy
         self.baseline = baseline
         self.baseline_dir = baseline_dir
+        self.allow_running = allow_running
+        """Accept a ``running`` status (gating a live run, ``--allow-running``)."""
 
     @cached_property
     def run(self) -> RunInfo:
@@ -98,6 +130,19 @@ class CheckContext:
         return RunInfo(
             **{k: r.get(k) for k in RunInfo.__dataclass_fields__ if k != "config"}, config=config
         )
+
+    @cached_property
+    def state(self) -> RunState:
+        try:
+            status = self.run.status
+        except CheckError:
+            status = None
+        steps, last_step = self.con.execute(
+            "SELECT count(DISTINCT step), max(step) FROM steps"
+        ).fetchall()[0]
+        written = last_write_time(self.run_dir)
+        when = None if written is None else datetime.fromtimestamp(written, UTC)
+        return RunState(status, int(steps), last_step, when)
 
     @cached_property
     def token_counts(self) -> dict[str, int]:

@@ -2,7 +2,8 @@
 
 ``run_gate`` opens the run (and an optional baseline) with ``observability.open_run``, runs each
 check the policy does not switch off, turns failures of warn-only checks into ``warn``, and
-records the results in the run's ``contract_results`` table. A check that raises is an
+records the results in the run's ``contract_results`` table. The result carries the run's state
+(status, steps recorded, last write) for the report; ``allow_running`` accepts a live run. A check that raises is an
 ``error`` (fails the gate); a run that cannot be opened or a bad policy raises ``GateUsageError``
 (exit 2). Simplification: checks run sequentially on one DuckDB connection.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-from contracts.context import CheckContext, CheckError, error
+from contracts.context import CheckContext, CheckError, RunState, error
 from contracts.policy import Policy, load_policy
 from contracts.record import append_results
 from contracts.registry import CheckSpec, registered_checks
@@ -45,6 +46,8 @@ class GateResult:
     results: tuple[CheckResult, ...]
     checked_at: datetime
     seconds: float
+    state: RunState
+    """The run's status, steps recorded and last write time."""
 
     @property
     def passed(self) -> bool:
@@ -113,10 +116,12 @@ def run_gate(
     baseline: str | Path | None = None,
     *,
     record: bool = True,
+    allow_running: bool = False,
 ) -> GateResult:
     """Gate the run at ``run_dir``; ``policy`` is a Policy or a TOML path (default release.toml).
 
-    With ``record`` the results are appended to the run's ``contract_results`` table.
+    With ``record`` the results are appended to the run's ``contract_results`` table;
+    ``allow_running`` lets ``run.finished`` pass a run whose status is still ``running``.
     Raises GateUsageError when the run, the baseline or the policy cannot be read.
     """
     t0 = time.perf_counter()
@@ -128,7 +133,12 @@ def run_gate(
     run_dir, con = _open(run_dir, "run")
     base_dir, base_con = _open(baseline, "baseline") if baseline is not None else (None, None)
     ctx = CheckContext(
-        con, run_dir=run_dir, policy=policy, baseline=base_con, baseline_dir=base_dir
+        con,
+        run_dir=run_dir,
+        policy=policy,
+        baseline=base_con,
+        baseline_dir=base_dir,
+        allow_running=allow_running,
     )
     try:
         results = tuple(
@@ -144,6 +154,7 @@ def run_gate(
             results=results,
             checked_at=datetime.now(UTC),
             seconds=time.perf_counter() - t0,
+            state=ctx.state,
         )
     finally:
         con.close()

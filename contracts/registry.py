@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 CheckFn = Callable[["CheckContext"], "CheckResult"]
 
-CONTRACTS = ("schema", "action", "sparse_version", "teacher_quant", "memory", "regression")
-"""Contract groups in run order (the store and schemas first, regressions last)."""
+CONTRACTS = ("schema", "run", "action", "sparse_version", "teacher_quant", "memory", "regression")
+"""Contract groups in run order (the store and schemas first, then whether the run finished,
+regressions last)."""
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class CheckSpec:
     """One registered check."""
 
     contract: str
-    """Contract group: ``schema``, ``action``, ``sparse_version``, ``teacher_quant``, ..."""
+    """Contract group: ``schema``, ``run``, ``action``, ``sparse_version``, ``teacher_quant``, ..."""
     name: str
     """Check name, unique inside its contract."""
     doc: str

@@ -131,6 +131,21 @@ def list_parts(run_dir: str | os.PathLike, table: str) -> list[Path]:
     return sorted(d.glob(PART_GLOB))
 
 
+def last_write_time(run_dir: str | os.PathLike) -> float | None:
+    """Epoch seconds of the run's newest part (``contract_results``, which the gate appends to,
+    left out), or None when nothing was written."""
+    paths = [
+        p for table in TABLES if table != "contract_results" for p in list_parts(run_dir, table)
+    ]
+    times = []
+    for p in paths:
+        try:
+            times.append(p.stat().st_mtime)
+        except OSError:
+            pass
+    return max(times, default=None)
+
+
 def part_key(path: Path) -> str:
     """How manifests name a part: ``<table>/<file name>``."""
     return f"{path.parent.name}/{path.name}"

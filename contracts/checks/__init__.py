@@ -4,6 +4,7 @@ from contracts.checks import (  # noqa: F401  (registration side effects)
     action,
     memory,
     regression,
+    run,
     schema,
     sparse_version,
     teacher_quant,

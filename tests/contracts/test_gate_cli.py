@@ -1,5 +1,6 @@
 """``closedloop gate`` through the CLI: exit codes 0/1/2, JUnit XML, Markdown, recorded results,
-fail-closed behaviour (corrupt part, missing table, erroring check) and ``--baseline``."""
+fail-closed behaviour (corrupt part, missing table, erroring check), a killed run
+(``run.finished``, ``--allow-running``) and ``--baseline``."""
 
 import dataclasses
 import shutil
@@ -43,6 +44,8 @@ def test_clean_run_exits_0_with_junit_markdown_and_recorded_results(run, tmp_pat
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == ["check", "status", "observed", "threshold", "violations"]
     assert "gate PASSED" in out
+    (state,) = [line for line in out.splitlines() if line.startswith("run ")]
+    assert "status finished, 3 steps recorded (last step 2), last write 20" in state
     cases = junit_cases(junit)
     recorded = query(run, 'SELECT contract, "check", status FROM contract_results')
     assert len(cases) == len(recorded) > 20  # one testcase and one stored row per check
@@ -73,6 +76,34 @@ def test_violation_exits_1_through_the_installed_cli(stale_run, tmp_path):
     text = cases["closedloop.sparse_version.staleness_within_limit"].find("failure").text
     (row,) = query(stale_run, "SELECT sample_id FROM samples WHERE staleness = 99")
     assert f'"sample_id": {row["sample_id"]}' in text and '"staleness": 99' in text
+
+
+@pytest.fixture
+def killed_run(run):
+    """A copy whose writer never closed: only the ``running`` status row, as ``kill -9`` leaves."""
+    assert edit_rows(run, "runs", pl.col("status") != "running", drop=True) == 1
+    return run
+
+
+def test_killed_run_fails_run_finished_unless_allow_running(killed_run, tmp_path, capsys):
+    md = tmp_path / "gate.md"
+    assert main(["gate", str(killed_run), "--markdown", str(md)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL run.finished: run status is 'running' (killed or still training)" in out
+    assert "status running, 3 steps recorded" in out and "status running" in md.read_text()
+    gate = run_gate(killed_run, record=False)
+    assert [r.id for r in gate.failed()] == ["run.finished"]
+    assert gate.result("run.finished").examples[0]["status"] == "running"
+    assert main(["gate", str(killed_run), "--allow-running"]) == 0
+    live = run_gate(killed_run, record=False, allow_running=True)
+    assert live.passed and "--allow-running" in live.result("run.finished").message
+
+
+def test_a_failed_run_fails_even_with_allow_running(run):
+    edit_rows(run, "runs", pl.col("status") == "finished", {"status": "failed"})
+    gate = run_gate(run, record=False, allow_running=True)
+    assert [r.id for r in gate.failed()] == ["run.finished"]
+    assert gate.state.status == "failed"
 
 
 def test_usage_errors_exit_2(run, tmp_path, capsys):

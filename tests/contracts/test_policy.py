@@ -20,6 +20,7 @@ def test_default_release_policy_loads_and_names_only_real_checks():
 def test_registry_lists_every_contract_of_the_issue():
     assert {i.split(".")[0] for i in KNOWN} == {
         "schema",
+        "run",
         "action",
         "sparse_version",
         "teacher_quant",
@@ -28,6 +29,7 @@ def test_registry_lists_every_contract_of_the_issue():
     }
     assert len(KNOWN) == len(set(KNOWN))
     assert KNOWN[0] == "schema.store_readable"  # the store first, regressions last
+    assert "run.finished" in KNOWN
     assert KNOWN[-1].startswith("regression.")
     with pytest.raises(ValueError, match="unknown contract check 'action.logp_finit'.*logp_finite"):
         get_check("action.logp_finit")
