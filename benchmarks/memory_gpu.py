@@ -26,66 +26,54 @@ MIB = 2**20
 
 def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
     """One GRPO step, trainer half on CUDA; returns (ledger peak, torch peak, the ledger's Peak)."""
-    from core.algorithms.advantage import grpo_advantages
-    from core.algorithms.logprobs import token_logprobs
+    from core.algorithms.advantage import grpo_token_advantages
     from core.algorithms.policy_loss import policy_loss
-    from core.algorithms.trust import trust_mask
-    from core.train.batch import build_train_batch
-    from core.train.grpo import rollout_step
+    from core.train.grpo import collect_step, trust
+    from core.train.score import actor_forward, trainer_inputs
+    from core.train.update import optimizer_step
 
     cfg, alg = s.cfg, s.cfg.algorithm
     mem.begin_step(step)
-    _, rb, _, _, rewards = rollout_step(s, step)  # CPU engine; records are CPU (not on cuda:0)
+    traj = collect_step(s, step)  # CPU engine; records are CPU (not on cuda:0)
+    trainer_inputs(traj, tok=s.tok, retokenize=False)
     dev.synchronize()
     dev.reset_peak_stats()
-    adv, _ = grpo_advantages(rewards, eps=alg.adv_eps)  # [B, G]
-    adv = adv.flatten().to(dev.torch_device)  # [B*G]
-    tb = build_train_batch(rb, tok=s.tok)
-    tb = dataclasses.replace(
-        tb,
+    traj = dataclasses.replace(
+        traj,
         **{
-            f.name: getattr(tb, f.name).to(dev.torch_device)
-            for f in dataclasses.fields(tb)
-            if isinstance(getattr(tb, f.name), torch.Tensor)
+            f.name: getattr(traj, f.name).to(dev.torch_device)
+            for f in dataclasses.fields(traj)
+            if isinstance(getattr(traj, f.name), torch.Tensor)
         },
     )
+    traj.train_ids, traj.train_valid = traj.ids, traj.valid
     s.actor.train()
-    mem.forward_begin(tb)
-    logits = s.actor.logits(tb.input_ids, tb.valid)[:, :-1]  # [B, T-1, V]
-    logp, _ = token_logprobs(logits, tb.targets, temperature=cfg.rollout.temperature)
-    train_logp = logp.detach()
-    old_logp = tb.rollout_logp if alg.old_logp == "rollout" else train_logp
-    trusted, _ = trust_mask(
-        train_logp,
-        tb.rollout_logp,
-        tb.action_mask,
-        rule=alg.trust_rule,
-        beta=alg.icepop_beta,
-        eps_low=alg.eps_low,
-        eps_high=alg.eps_high,
+    mem.forward_begin({"ids": traj.train_ids, "valid": traj.train_valid})
+    fwd = actor_forward(s.actor, traj, temperature=cfg.rollout.temperature, replay=False)
+    actions = traj.targets(traj.generated & traj.train_valid)
+    traj.advantages, _ = grpo_token_advantages(
+        traj.reward, traj.generated, group_size=alg.group_size, eps=alg.adv_eps
     )
-    loss, _ = policy_loss(
-        logp,
-        old_logp,
-        adv,
-        trusted,
-        kind=alg.policy_loss,
-        eps_low=alg.eps_low,
-        eps_high=alg.eps_high,
-        agg_mode=alg.loss_agg_mode,
-        denominator=tb.action_mask.sum(),
-    )
-    mem.forward_end(logits)
-    s.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    mem.backward_done()
-    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-    torch.nn.utils.clip_grad_norm_(s.actor.parameters(), clip)
-    s.optimizer.step()
-    mem.optimizer_stepped()
+    trusted, _ = trust(traj, actions, alg)
+    old = traj.targets(traj.rollout_logp if alg.old_logp == "rollout" else traj.train_logp)
+    terms = {
+        "policy": policy_loss(
+            fwd.logp,
+            old,
+            traj.targets(traj.advantages),
+            trusted,
+            kind=alg.policy_loss,
+            eps_low=alg.eps_low,
+            eps_high=alg.eps_high,
+            agg_mode=alg.loss_agg_mode,
+            denominator=actions.sum(),
+        )
+    }
+    mem.forward_end(fwd.logits)
+    optimizer_step(s.models.actor, terms, memory=mem)
     dev.synchronize()
     torch_peak = dev.allocator_stats().max_allocated
-    del logits, logp, old_logp, trusted, loss, tb
+    del fwd, trusted, terms, traj
     peak = mem.end_step(step)
     return peak.total, torch_peak, peak
 
@@ -118,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     s.engine.memory_hooks = None  # the CPU ledger stays with the CPU engine; not compared here
     s.actor.to(dev.torch_device)  # same Parameter objects: the optimizer (no state yet) follows
     mem = TrainingMemory(s.actor, s.optimizer, telemetry=NullTelemetry())
-    s.memory = mem  # rollout_step reports its records here (CPU tensors: off the cuda total)
+    s.memory = mem  # collect_step reports its records here (CPU tensors: off the cuda total)
     print(f"device {torch.cuda.get_device_name(dev.index)}; ledger on {mem.ledger.device.name}")
     print(f"{'step':>4} {'ledger MiB':>11} {'torch MiB':>10} {'ratio':>7}")
     ratio, peak = float("nan"), None

@@ -59,7 +59,10 @@ def run_mode(key: str, args) -> dict:
 
     def acc() -> float:
         return greedy_accuracy(
-            s.engine, s.tok, cfg.task, n=args.eval_size, max_new_tokens=cfg.rollout.max_new_tokens
+            s.engine,
+            s.envs.eval_set(args.eval_size),
+            tok=s.tok,
+            max_new_tokens=cfg.rollout.max_new_tokens,
         )["accuracy"]
 
     out = {"key": key, "label": label, "acc0": acc(), "steps": []}

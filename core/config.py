@@ -1,8 +1,8 @@
 """Run configuration: a TOML file of sections, each mapped onto one component's frozen dataclass.
 
 ``[model]`` → ``ModelConfig``, ``[rollout]`` → ``RolloutConfig``, ``[algorithm]`` →
-``AlgorithmConfig``, ``[optim]`` → ``OptimConfig``, ``[train]`` → ``TrainConfig``, ``[task]`` →
-``ArithmeticConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``.
+``AlgorithmConfig``, ``[optim]`` → ``OptimConfig``, ``[train]`` → ``TrainConfig``, ``[env]`` →
+``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``.
 ``--set section.key=value`` overrides use TOML value syntax. Unknown sections or keys, wrong types
 and out-of-range values are errors naming the key and the allowed values; nothing else reads raw
 dicts.
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.algorithms.config import AlgorithmConfig
+from core.envs.registry import EnvConfig
 from core.model.config import ModelConfig
 from core.quant.config import QuantConfig
 from core.rollout.config import RolloutConfig
@@ -41,6 +42,7 @@ class RunConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)

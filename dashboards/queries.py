@@ -13,6 +13,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from observability.schema import TABLES
 
@@ -25,12 +26,18 @@ _STEP_KEYS = ("run_id", "step", "rank")
 
 
 def _steps_select() -> str:
-    """Aggregates of ``steps`` over ranks, one per schema column: max, sum or mean."""
+    """Aggregates of ``steps`` over ranks, one per schema column: max, sum or mean (booleans:
+    all ranks; strings: any rank's)."""
     out = []
-    for name in TABLES["steps"].column_names:
+    for col in TABLES["steps"].columns:
+        name = col.name
         if name in _STEP_KEYS:
             continue
         fn = "max" if name in _STEP_MAX else "sum" if name in _STEP_SUM else "avg"
+        if pa.types.is_boolean(col.type):
+            fn = "bool_and"
+        elif pa.types.is_string(col.type):
+            fn = "any_value"
         out.append(f'{fn}("{name}") AS "{name}"')
     return ", ".join(out)
 

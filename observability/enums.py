@@ -5,8 +5,8 @@ Stored as strings; the writer rejects anything else. Part of the one schema sour
 """
 
 RUN_STATUSES = ("running", "finished", "failed")
-ROLES = ("prompt", "action", "observation", "summary", "padding")
-MASK_REASONS = ("kept", "icepop", "dis_low", "dis_high", "not_action", "stale")
+ROLES = ("prompt", "action", "observation", "summary", "padding", "tail")
+MASK_REASONS = ("kept", "icepop", "dis_low", "dis_high", "not_action", "stale", "dropped")
 SAMPLE_STATUSES = ("trained", "env_failure", "stale", "dropped_group", "truncated")
 ENGINES = ("train", "rollout")
 QPARAM_PRODUCERS = ("qat_fake", "offline_real", "rollout_load")

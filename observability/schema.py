@@ -130,6 +130,10 @@ _TABLES = (
                 "action tokens whose train id differs from rollout; null when TITO holds",
             ),
             _c("kl_ref", F64, "KL to the reference policy"),
+            _c(
+                "optimizer_stepped", BOOL, "the optimizer stepped (false: skipped, see skip_reason)"
+            ),
+            _c("skip_reason", STR, "why no optimizer step was taken (e.g. 'stale')"),
         ),
         key=("run_id", "step", "rank"),
     ),
@@ -170,6 +174,10 @@ _TABLES = (
                 BOOL,
                 "per-token rows kept by token_sample_rate (filled by the sink)",
             ),
+            _c("env", STR, "environment kind that produced the sample", dictionary=True),
+            _nonneg("n_turns", I32, "policy turns of the episode"),
+            _nonneg("segment", I32, "segment index within its trajectory (0 unless compacted)"),
+            _nonneg("parent_sample_id", I64, "sample id of the trajectory's first segment"),
         ),
         key=("run_id", "sample_id"),
     ),

@@ -31,3 +31,21 @@ def grpo_advantages(rewards: torch.Tensor, *, eps: float = 1e-6) -> tuple[torch.
         "reward_std": rewards.std(unbiased=False),
     }
     return adv, metrics
+
+
+def grpo_token_advantages(
+    rewards: torch.Tensor, tokens: torch.Tensor, *, group_size: int, eps: float = 1e-6
+) -> tuple[torch.Tensor, dict]:
+    """GRPO advantages of a group-major batch, broadcast to its tokens.
+
+    Args:
+        rewards: [B] fp32, B = P·G samples, the G samples of a prompt adjacent.
+        tokens: [B, T] bool, the tokens that carry the sample's advantage (generated ones).
+    Returns:
+        (advantages [B, T] fp32: Â_i on ``tokens``, 0 elsewhere; metrics of ``grpo_advantages``).
+    """
+    if rewards.shape[0] % group_size:
+        raise ValueError(f"batch of {rewards.shape[0]} samples is not whole groups of {group_size}")
+    adv, metrics = grpo_advantages(rewards.view(-1, group_size), eps=eps)  # [P, G]
+    per_token = torch.where(tokens, adv.reshape(-1, 1), torch.zeros((), dtype=adv.dtype))
+    return per_token, metrics

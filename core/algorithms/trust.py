@@ -5,15 +5,26 @@
   tokens below are ``dis_low``, above ``dis_high``.
 - ``none``: every action token is trusted (the ``icepop-off`` fault).
 Ratios are computed as exp(Δ) in fp32 from log-probs; the mask is bool and only ever True on
-action tokens. Reason codes match the telemetry enum ``mask_reason``.
+action tokens. Reason codes are indices into the telemetry enum ``mask_reason`` (one tuple,
+``observability.enums.MASK_REASONS``), always looked up by name.
 """
 
 from __future__ import annotations
 
 import torch
 
-KEPT, ICEPOP, DIS_LOW, DIS_HIGH, NOT_ACTION, STALE_CODE = 0, 1, 2, 3, 4, 5
-REASONS = ("kept", "icepop", "dis_low", "dis_high", "not_action", "stale")
+from observability.enums import MASK_REASONS
+
+REASONS = MASK_REASONS
+REASON = {name: code for code, name in enumerate(REASONS)}
+"""Mask reason name -> its code."""
+KEPT, ICEPOP, DIS_LOW, DIS_HIGH = (
+    REASON["kept"],
+    REASON["icepop"],
+    REASON["dis_low"],
+    REASON["dis_high"],
+)
+NOT_ACTION, STALE = REASON["not_action"], REASON["stale"]
 TRUST_RULES = ("icepop", "dis", "none")
 
 

@@ -28,6 +28,8 @@ class RolloutConfig:
     """Response token limit."""
     logprob_mode: str = "processed"
     """``processed`` (correct) | ``raw`` (untempered log-probs: the logprob-mode bug)."""
+    max_turns: int = 1
+    """Policy turns per episode (>= 1); single-turn environments end after the first."""
     sync_every: int = 1
     """Sync weights to the rollout every K optimizer steps (K > 1: policy lag)."""
     topk_mode: str = "deterministic"
@@ -45,6 +47,8 @@ class RolloutConfig:
             raise ValueError(
                 f"rollout.logprob_mode={self.logprob_mode!r} not in {list(LOGPROB_MODES)}"
             )
+        if self.max_turns < 1:
+            raise ValueError(f"rollout.max_turns={self.max_turns} must be >= 1")
         if self.sync_every < 1:
             raise ValueError(f"rollout.sync_every={self.sync_every} must be >= 1")
         check_topk_kernel("rollout", self.topk_mode, self.topk_noise)

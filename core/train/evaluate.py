@@ -1,40 +1,61 @@
-"""Greedy held-out accuracy on the task's fixed eval set, through the rollout engine."""
+"""Greedy held-out evaluation: the environment's fixed eval episodes through the rollout engine.
+
+``accuracy`` is the fraction of episodes that succeeded (no failure reason); ``reward_mean`` the
+mean total reward. Multi-turn environments are evaluated the same way (greedy turns).
+"""
 
 from __future__ import annotations
 
-from core.rollout.engine import RolloutEngine
+import torch
+
+from core.rollout.collect import collect
 from core.rollout.sampling import SamplingParams
-from core.tasks.arithmetic import ArithmeticConfig, eval_set, verify
-from core.tokenizer.chat_template import encode_prompt
-from core.tokenizer.tokenizer import Tokenizer
 
 
 def greedy_accuracy(
-    engine: RolloutEngine,
-    tok: Tokenizer,
-    task: ArithmeticConfig,
-    *,
-    n: int = 256,
-    max_new_tokens: int = 8,
-    batch_size: int = 128,
+    engine, envs, *, tok, max_new_tokens: int = 8, max_turns: int = 1, batch_size: int = 128
 ) -> dict:
-    """Fraction of held-out problems answered exactly with greedy decoding."""
-    problems = eval_set(task, n)
+    """Greedy success rate over ``envs`` (a fixed eval set), in batches of ``batch_size``."""
     params = SamplingParams(max_new_tokens=max_new_tokens)
-    correct = 0.0
-    for start in range(0, len(problems), batch_size):
-        chunk = problems[start : start + batch_size]
-        rb = engine.generate(
-            [encode_prompt(p.question, tok=tok) for p in chunk],
+    ok, total = 0, 0.0
+    for start in range(0, len(envs), batch_size):
+        chunk = envs[start : start + batch_size]
+        ids = torch.arange(start, start + len(chunk))
+        traj = collect(
+            engine,
+            chunk,
             params,
-            eos_id=tok.eos_id,
-            pad_id=tok.pad_id,
+            tok=tok,
+            sample_ids=ids,
+            group_ids=ids,
             greedy=True,
+            max_turns=max_turns,
         )
-        for i, p in enumerate(chunk):
-            ids = rb.response_ids[i][rb.response_mask[i]].tolist()
-            finished = bool(rb.finished[i])
-            text = tok.decode(ids[:-1] if finished else ids)
-            correct += verify(text, p, finished=finished).reward
-    acc = correct / len(problems)
-    return {"accuracy": acc, "n": len(problems), "reward_mean": acc}
+        ok += sum(r is None for r in traj.failure_reason)
+        total += float(traj.reward.sum())
+    n = len(envs)
+    return {"accuracy": ok / n, "n": n, "reward_mean": total / n}
+
+
+def evaluate(s, step: int) -> float:
+    """Held-out greedy accuracy of the session's rollout engine, recorded in ``evals``."""
+    s.memory.begin_step(step)
+    r = greedy_accuracy(
+        s.engine,
+        s.envs.eval_set(s.cfg.train.eval_size),
+        tok=s.tok,
+        max_new_tokens=s.cfg.rollout.max_new_tokens,
+        max_turns=s.cfg.rollout.max_turns,
+    )
+    s.telemetry.emit(
+        "evals",
+        {
+            "step": [step],
+            "policy_version": [s.engine.policy_version],
+            "split": ["heldout"],
+            "n": [r["n"]],
+            "accuracy": [r["accuracy"]],
+            "reward_mean": [r["reward_mean"]],
+        },
+    )
+    return r["accuracy"]

@@ -71,10 +71,16 @@ class TrainingMemory:
         """Open ``step``'s peak window (also before an evaluation at ``step``)."""
         self.ledger.set_step(step)
 
-    def rollout_done(self, rb: Any) -> None:
-        """The rollout batch exists (live IO): created by the rollout, handed to the trainer."""
-        topk = getattr(rb, "topk", None) or {}
-        records = {f.name: getattr(rb, f.name) for f in dataclasses.fields(rb) if f.name != "topk"}
+    def rollout_done(self, traj: Any) -> None:
+        """The rollout's trajectories exist (live IO): created by the rollout, handed to the
+        trainer. DSA Top-k buffers among its engine records are their own object."""
+        engine = dict(getattr(traj, "engine_records", None) or {})
+        topk = engine.pop("topk", None) or {}
+        records = {
+            f.name: getattr(traj, f.name)
+            for f in dataclasses.fields(traj)
+            if f.name != "engine_records"
+        } | engine
         self._live_io("rollout/records", records, producer="rollout.generate")
         if topk:  # DSA Top-k index buffers, for the train/rollout Top-k agreement
             self._live_io("rollout/dsa_topk", topk, producer="rollout.dsa_select")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from core.envs.arithmetic import ArithmeticSource
 from core.model.actor import Actor
 from core.model.checkpoint import save_checkpoint
 from core.model.config import ModelConfig
@@ -110,7 +111,9 @@ def _pretrain(
             )
     engine = RolloutEngine(model_cfg)
     engine.load_weights(actor_to_rollout(actor.named_weights(), model_cfg), version=0)
-    acc = greedy_accuracy(engine, tok, task_cfg, n=256)["accuracy"]
+    acc = greedy_accuracy(engine, ArithmeticSource(task_cfg, tok).eval_set(256), tok=tok)[
+        "accuracy"
+    ]
     meta = {
         "produced_by": "closedloop pretrain",
         "seed": seed,

@@ -1,154 +1,169 @@
-"""Telemetry records of one GRPO step, built columnar from the step's CPU tensors.
+"""Telemetry rows of one step, built in one place from (trajectories, scores, metrics).
 
-Per-token rows cover every real (non-padding) token of each trajectory: prompt tokens carry no
-log-probs; action tokens carry rollout / train / old log-probs, the ratio exp(train − rollout),
-the trust mask and its reason, the advantage, entropy, the prefix hash of the rollout's IDs and
-the token the trainer actually used (``train_token_id``: differs only under a TITO violation).
-No Python per-row loops: everything is flattened with boolean indexing.
+Columnar numpy from the step's CPU tensors, no per-row Python: ``samples`` and
+``reward_components`` per sample, ``tokens`` per real token of the samples kept by the token
+sampling policy (decided once here, by sample id), the sparse tables (``topk``, ``moe_routes``)
+and the ``steps`` row. Slots that do not apply are null, never a fake value: log-probs, ratio,
+advantage and entropy exist only on generated tokens (a ``numpy.ma`` mask marks the rest).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from core.algorithms.trust import REASONS, STALE_CODE
-from observability.enums import MASK_REASONS, ROLES
+from core.algorithms.trust import REASON
+from core.rollout.trajectories import Trajectories
+from core.tokenizer.tito import unpadded_prefix_hashes
+from core.train.sparse_records import sparse_rows
+from observability.sampling import keep_tokens_for
 
-if REASONS != MASK_REASONS:  # mask_reason is emitted as codes into the schema's enum
-    raise ImportError(f"trust REASONS {REASONS} differ from the schema's {MASK_REASONS}")
-ROLE_PROMPT, ROLE_ACTION = ROLES.index("prompt"), ROLES.index("action")
+
+@dataclass(frozen=True)
+class RunConstants:
+    """Per-run values repeated on every sample row."""
+
+    tokenizer_rev: str
+    chat_template_rev: str
+    sampling: dict
+    token_sample_rate: float = 1.0
 
 
-def token_rows(
+def _np(x: torch.Tensor) -> np.ndarray:
+    return x.detach().cpu().numpy()
+
+
+def _masked(values: torch.Tensor, present: np.ndarray) -> np.ma.MaskedArray:
+    """Values with null where ``present`` is False."""
+    return np.ma.masked_array(_np(values), mask=~present)
+
+
+def step_records(
+    traj: Trajectories,
     *,
     step: int,
-    sample_ids: torch.Tensor,
-    input_ids: torch.Tensor,
-    rollout_targets: torch.Tensor,
-    valid_rollout: torch.Tensor,
-    n_prompt: int,
-    action_mask: torch.Tensor,
-    rollout_logp: torch.Tensor,
-    train_logp: torch.Tensor,
     reason: torch.Tensor,
-    advantages: torch.Tensor,
-    entropy: torch.Tensor,
-    prefix_hash: torch.Tensor,
-    version_rollout: int,
-    keep: np.ndarray,
-    old_logp: torch.Tensor | None = None,
-) -> dict:
-    """Columns of the ``tokens`` table.
+    v_train: int,
+    metrics: dict,
+    const: RunConstants,
+    sparse=None,
+) -> dict[str, dict]:
+    """Every table's columns for ``step``: ``{table: {column: values}}`` (tables with rows).
 
     Args:
-        sample_ids: [B]; input_ids: [B, T] trainer IDs; rollout_targets: [B, T-1] the rollout's
-        IDs at slots 1..T-1; valid_rollout: [B, T] the rollout's real tokens; action_mask,
-        rollout_logp, train_logp, reason, entropy: [B, T-1] aligned to slots 1..T-1; old_logp:
-        [B, T-1] π_old of the ratio (None: the trainer's own log-probs, ``train_logp``);
-        advantages: [B]; prefix_hash: [B, T] over the rollout IDs; keep: [B] bool (sampling).
+        traj: the step's trajectories, scored (``train_logp``, ``entropy``, ``advantages``).
+        reason: [B, T] int8 mask-reason codes, token-aligned.
+        v_train: the policy version the step trained (staleness is measured against it).
+        metrics: the step's scalar metrics (the ``steps`` row).
     """
-    b, t = input_ids.shape
-    rollout_ids = torch.cat(
-        [input_ids[:, :1], rollout_targets], dim=1
-    )  # [B, T] (slot 0 is pad/bos)
-    act = torch.cat([torch.zeros(b, 1, dtype=torch.bool), action_mask], dim=1)  # [B, T]
-
-    def shift(x, fill):
-        return torch.cat([torch.full((b, 1), fill, dtype=x.dtype), x], dim=1)
-
-    sel = valid_rollout & torch.as_tensor(keep)[:, None]
-    pos = (valid_rollout.long().cumsum(1) - 1)[sel]
-    roles = np.where(act[sel].numpy(), ROLE_ACTION, ROLE_PROMPT).astype(np.int8)  # enum codes
-    reason_full = shift(reason.to(torch.int64), 4)[sel].numpy()
-    is_act = act[sel].numpy()
-    r_lp = shift(rollout_logp, 0.0)[sel].numpy()
-    t_lp = shift(train_logp, 0.0)[sel].numpy()
-    o_lp = t_lp if old_logp is None else shift(old_logp, 0.0)[sel].numpy()
-    ent = shift(entropy, 0.0)[sel].numpy()
-
-    def on_actions(x: np.ndarray) -> pa.Array:  # null (not NaN) where the token is no action
-        return pa.array(x, mask=~is_act)
-
-    return {
-        "step": np.full(len(pos), step, dtype=np.int64),
-        "sample_id": sample_ids[:, None].expand(b, t)[sel].numpy(),
-        "pos": pos.numpy().astype(np.int32),
-        "token_id": rollout_ids[sel].numpy().astype(np.int32),
-        "train_token_id": input_ids[sel].numpy().astype(np.int32),
-        "role": roles,
-        "loss_mask": is_act & (reason_full != STALE_CODE),
-        "trust_mask": reason_full == 0,
-        "mask_reason": reason_full.astype(np.int8),  # codes: core REASONS == schema enum order
-        "rollout_logp": on_actions(r_lp),
-        "train_logp": on_actions(t_lp),
-        "old_logp": on_actions(o_lp),
-        "ratio": on_actions(np.exp(t_lp - r_lp)),
-        "advantage": on_actions(advantages[:, None].expand(b, t)[sel].numpy()),
-        "entropy": on_actions(ent),
-        "prefix_hash": prefix_hash[sel].numpy(),
-        "policy_version_rollout": np.full(len(pos), version_rollout, dtype=np.int64),
+    keep = keep_tokens_for(_np(traj.sample_id), const.token_sample_rate)
+    out = {
+        "samples": sample_rows(traj, step=step, v_train=v_train, const=const, keep=keep),
+        "reward_components": reward_component_rows(traj, step=step),
     }
+    if keep.any():
+        out["tokens"] = token_rows(traj, step=step, reason=reason, keep=keep)
+    if sparse is not None:
+        out.update(sparse_rows(sparse, step=step, sample_ids=traj.sample_id, keep=keep))
+    out["steps"] = {k: [v] for k, v in metrics.items()} | {
+        "rank": [0],
+        "wall_time": [datetime.now(UTC)],
+    }
+    return out
+
+
+def token_rows(traj: Trajectories, *, step: int, reason: torch.Tensor, keep: np.ndarray) -> dict:
+    """Columns of ``tokens``: one row per real token of the kept samples."""
+    b, t = traj.ids.shape
+    sel = traj.valid & torch.as_tensor(keep)[:, None]  # [B, T]
+    gen = _np(traj.generated[sel])  # generated tokens carry the log-prob columns
+    train_ids = traj.train_ids if traj.train_ids is not None else traj.ids
+    train_valid = traj.train_valid if traj.train_valid is not None else traj.valid
+    r_lp, t_lp = traj.rollout_logp[sel], traj.train_logp[sel]
+    o_lp = (traj.old_logp if traj.old_logp is not None else traj.train_logp)[sel]
+    version = traj.version[sel]
+    reason_sel = reason[sel].to(torch.int8)
+    cols = {
+        "step": np.full(int(sel.sum()), step, dtype=np.int64),
+        "sample_id": _np(traj.sample_id[:, None].expand(b, t)[sel]),
+        "pos": _np(traj.positions[sel]).astype(np.int32),
+        "token_id": _np(traj.ids[sel]).astype(np.int32),
+        "train_token_id": np.ma.masked_array(
+            _np(train_ids[sel]).astype(np.int32), mask=~_np(train_valid[sel])
+        ),
+        "role": _np(traj.role[sel]),
+        "loss_mask": _np(traj.loss_mask[sel]),
+        "trust_mask": _np(reason_sel == REASON["kept"]),
+        "mask_reason": _np(reason_sel),
+        "rollout_logp": _masked(r_lp, gen),
+        "train_logp": _masked(t_lp, gen),
+        "old_logp": _masked(o_lp, gen),
+        "ratio": _masked(torch.exp(t_lp - r_lp), gen),
+        "advantage": _masked(traj.advantages[sel], gen),
+        "entropy": _masked(traj.entropy[sel], gen),
+        "prefix_hash": _np(unpadded_prefix_hashes(traj.ids, traj.valid)[sel]),
+        "policy_version_rollout": _masked(version, _np(version >= 0)),
+    }
+    if traj.teacher_logp is not None:
+        cols["teacher_logp"] = _masked(traj.teacher_logp[sel], gen)
+    return cols
 
 
 def sample_rows(
-    *,
-    step,
-    sample_ids,
-    problems,
-    group_ids,
-    rewards,
-    advantages,
-    reasons,
-    texts,
-    finished,
-    n_prompt,
-    n_response,
-    status,
-    version_rollout,
-    version_train,
-    tokenizer_rev,
-    chat_template_rev,
-    sampling: dict,
-    keep,
+    traj: Trajectories, *, step: int, v_train: int, const: RunConstants, keep: np.ndarray
 ) -> dict:
-    n = len(sample_ids)
+    """Columns of ``samples``: one row per sample."""
+    gen = traj.generated  # [B, T]
+    n_gen = gen.sum(1)
+    has = _np(n_gen > 0)
+    big = torch.iinfo(torch.int64).max
+    oldest = torch.where(gen, traj.version, torch.full_like(traj.version, big)).min(1).values
+    adv = (traj.advantages * gen).sum(1) / n_gen.clamp_min(1)  # per-sequence: mean over actions
+    n_prompt = traj.is_role("prompt").sum(1)
     return {
-        "sample_id": np.asarray(sample_ids, dtype=np.int64),
-        "step": np.full(n, step, dtype=np.int64),
-        "prompt_id": [p.prompt_id for p in problems],
-        "group_id": np.asarray(group_ids, dtype=np.int64),
-        "domain": "arithmetic",  # run constants as scalars: the sink broadcasts them once
+        "sample_id": _np(traj.sample_id),
+        "step": step,
+        "prompt_id": traj.prompt_id,
+        "group_id": _np(traj.group_id),
+        "domain": traj.domain,
         "engine": "rollout",
-        "policy_version_rollout": np.full(n, version_rollout, dtype=np.int64),
-        "policy_version_train": np.full(n, version_train, dtype=np.int64),
-        "staleness": np.full(n, version_train - version_rollout, dtype=np.int64),
-        "reward": np.asarray(rewards, dtype=np.float64),
-        "advantage": np.asarray(advantages, dtype=np.float64),
-        "n_prompt_tokens": np.asarray(n_prompt, dtype=np.int64),
-        "n_response_tokens": np.asarray(n_response, dtype=np.int64),
-        "status": status,
-        "failure_reason": reasons,
-        "tokenizer_rev": tokenizer_rev,
-        "chat_template_rev": chat_template_rev,
-        "sampling": json.dumps(sampling, sort_keys=True),
-        "teacher_id": None,
-        "response_text": texts,
-        "finish_reason": ["stop" if f else "length" for f in finished],
-        "tokens_sampled": np.asarray(keep, dtype=bool),
+        "policy_version_rollout": np.ma.masked_array(_np(oldest), mask=~has),
+        "policy_version_train": v_train,
+        "staleness": np.ma.masked_array(_np(v_train - oldest), mask=~has),
+        "reward": _np(traj.reward).astype(np.float64),
+        "advantage": _np(adv).astype(np.float64),
+        "n_prompt_tokens": _np(n_prompt),
+        "n_response_tokens": _np(traj.valid.sum(1) - n_prompt),
+        "status": traj.status,
+        "failure_reason": traj.failure_reason,
+        "tokenizer_rev": const.tokenizer_rev,
+        "chat_template_rev": const.chat_template_rev,
+        "sampling": json.dumps(const.sampling, sort_keys=True),
+        "teacher_id": traj.teacher_id,
+        "response_text": traj.response_text,
+        "finish_reason": np.where(_np(traj.finished), "stop", "length").tolist(),
+        "tokens_sampled": keep,
+        "env": traj.env_name,
+        "n_turns": _np(traj.n_turns).astype(np.int32),
+        "segment": _np(traj.segment).astype(np.int32),
+        "parent_sample_id": np.ma.masked_less(_np(traj.parent_id), 0),
     }
 
 
-def reward_component_rows(*, step, sample_ids, rewards, reasons) -> dict:
-    n = len(sample_ids)
+def reward_component_rows(traj: Trajectories, *, step: int) -> dict:
+    """Columns of ``reward_components``: one row per (sample, component)."""
+    names = sorted(traj.reward_components)
+    values = [_np(traj.reward_components[k]).astype(np.float64) for k in names]
+    n = traj.size
     return {
-        "sample_id": np.asarray(sample_ids, dtype=np.int64),
-        "step": np.full(n, step, dtype=np.int64),
-        "component": "verifier",
-        "value": np.asarray(rewards, dtype=np.float64),
-        "weight": np.ones(n),
-        "failure_reason": reasons,
+        "sample_id": np.tile(_np(traj.sample_id), len(names)),
+        "step": step,
+        "component": [k for k in names for _ in range(n)],
+        "value": np.ma.masked_invalid(np.concatenate(values) if values else np.zeros(0)),
+        "weight": 1.0,
+        "failure_reason": traj.failure_reason * len(names),
     }

@@ -1,4 +1,5 @@
-"""Everything a training run holds: actor, optimizer, rollout engine, weight sync, telemetry.
+"""Everything a training run holds: models (actor + optimizer, …), rollout engine, environments,
+weight sync, memory ledger, telemetry.
 
 Built once from a ``RunConfig``; the loop functions in ``core.train.grpo`` take it as their only
 state. The policy version starts at 0 (the base model) and increments per optimizer step.
@@ -7,10 +8,12 @@ state. The policy version starts at 0 (the base model) and increments per optimi
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import torch
 
+from core.envs.registry import make_env_source
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
 from core.model.dsa_engines import actor_dsa_factory, engine_dsa
@@ -20,12 +23,30 @@ from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine, left_pad
 from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
-from core.tokenizer.chat_template import encode_prompt, encode_response
+from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.memory_hooks import TrainingMemory
+from core.train.models import Models, TrainableModel, adamw
+from core.train.records import RunConstants
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE_PRECISION = {"fp32": "fp32", "bf16": "bf16", "w4a16": "bf16", "w8a16": "bf16", "fp8": "bf16"}
+
+
+class IdCounter:
+    """Run-unique sample and group ids, assigned when the rollout creates the samples."""
+
+    def __init__(self) -> None:
+        self._samples = itertools.count()
+        self._groups = itertools.count()
+
+    def samples(self, n: int) -> torch.Tensor:
+        """[n] int64 fresh sample ids."""
+        return torch.tensor([next(self._samples) for _ in range(n)], dtype=torch.int64)
+
+    def groups(self, n: int) -> torch.Tensor:
+        """[n] int64 fresh group ids."""
+        return torch.tensor([next(self._groups) for _ in range(n)], dtype=torch.int64)
 
 
 class Session:
@@ -79,14 +100,12 @@ class Session:
         self.quant.attach(self.actor)
         self.actor.load_weights(sparse_from_dense(weights, self.actor, seed=cfg.train.seed))
         self.dsa_warmup_kl = self._dsa_warmup(cfg.train.dsa_warmup_steps, cfg.train.dsa_warmup_lr)
-        o = cfg.optim
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.actor.parameters() if p.requires_grad],
-            lr=o.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
+        self.models = Models(
+            actor=TrainableModel(
+                "actor", self.actor, adamw(self.actor, cfg.optim), grad_clip=cfg.optim.grad_clip
+            )
         )
+        self.envs = make_env_source(cfg, tok=self.tok)
         self.engine = RolloutEngine(
             self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision]
         )
@@ -104,15 +123,20 @@ class Session:
         )
         self.memory = TrainingMemory(
             self.actor,
-            self.optimizer,
+            self.models.actor.optimizer,
             telemetry=telemetry,
             engine=self.engine,
             weight_sync=self.weight_sync,
         )
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
         self.version = 0
-        self.next_sample_id = 0
-        self.sampling_record = dataclasses.asdict(cfg.rollout.sampling()) | {"seed": cfg.train.seed}
+        self.ids = IdCounter()
+        self.run_constants = RunConstants(
+            tokenizer_rev=self.tok.revision,
+            chat_template_rev=CHAT_TEMPLATE_REV,
+            sampling=dataclasses.asdict(cfg.rollout.sampling()) | {"seed": cfg.train.seed},
+            token_sample_rate=cfg.telemetry.token_sample_rate,
+        )
         self.probe_batch = self._probe_batch(cfg.train.probe_size)
         self.last_sync = self.sync()
 
@@ -143,6 +167,11 @@ class Session:
         self.last_sync = self.weight_sync.sync(self.actor, self.version, self.probe_batch)
         self.quant.record(self.actor, self.engine, self.version, self.telemetry)  # qparams rows
         return self.last_sync
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The actor's optimizer."""
+        return self.models.actor.optimizer
 
     def peak_memory(self, step: int) -> int | None:
         """Tracked bytes at ``step``'s memory peak (the ledger, ``core.train.memory_hooks``)."""

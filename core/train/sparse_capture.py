@@ -1,7 +1,7 @@
 """Train vs rollout DSA selections and MoE routes of one GRPO step: capture, align, agree.
 
-Everything is aligned to the trainer's query slots ``t = 0..T-2`` (``TrainBatch.action_mask``
-[B, T-1]: slot t's output predicts token t+1); the compared queries are the *action queries*, the
+Everything is aligned to the trainer's query slots ``t = 0..T-2`` (prediction space [B, T-1]:
+slot t's output predicts token t+1); the compared queries are the *action queries*, the
 slots whose output predicts an action token (the last prompt token and every response token but
 the last). The rollout records one selection per prefill chunk / decode token; it never runs the
 last sampled token, so its tensors are shorter and are padded (-1) to T-1. Top-k indices are
@@ -83,15 +83,15 @@ def _positions(sel: TopkSelection, offset: torch.Tensor, width: int) -> TopkSele
 
 
 @contextlib.contextmanager
-def routing_replay(actor, rb, *, enabled: bool):
-    """While active, the actor's MoE layers use the rollout's routes ``rb.routes`` (slot-aligned).
+def routing_replay(actor, traj, *, enabled: bool):
+    """While active, the actor's MoE layers use the rollout's routes (slot-aligned).
 
-    The actor's sequence is [B, T] = prompt + response slots; replay routes are [T, B, k].
+    The actor's sequence is ``traj``'s [B, T] slots; replay routes are [T, B, k].
     """
     moe = actor.moe_modules() if enabled else {}
-    t = rb.prompt_ids.shape[1] + rb.response_ids.shape[1]
+    t = traj.ids.shape[1]
     for layer, module in moe.items():
-        routes = rb.routes[layer]  # [B, W, k], W <= T
+        routes = traj.engine_records["routes"][layer]  # [B, W, k], W <= T
         filler = torch.arange(module.topk, dtype=routes.dtype)  # slots the rollout never ran
         full = _fit(routes, t, 0)
         full[:, routes.shape[1] :] = filler
@@ -103,22 +103,25 @@ def routing_replay(actor, rb, *, enabled: bool):
             module.replay_routes = None
 
 
-def capture_sparse(actor, rb, tb) -> SparseStep | None:
+def capture_sparse(actor, traj) -> SparseStep | None:
     """Read the actor's last selections / routes (call right after the training forward, before
-    anything reruns the actor) and align them with the rollout's. None for a dense policy."""
+    anything reruns the actor) and align them with the rollout's. None for a dense policy, or when
+    the rollout kept no per-chunk records (multi-turn trajectories)."""
     cfg = actor.cfg
-    if cfg.dsa_topk == 0 and not cfg.moe_layers:
+    if (cfg.dsa_topk == 0 and not cfg.moe_layers) or not traj.engine_records:
         return None
-    width = tb.action_mask.shape[1]  # T-1
-    offset = rb.prompt_valid.shape[1] - rb.prompt_valid.sum(dim=1)  # [B]
+    query_mask = (traj.generated & traj.train_valid)[:, 1:]  # [B, T-1] action queries
+    width = query_mask.shape[1]  # T-1
+    offset = (~traj.valid[:, : traj.n_prompt]).sum(dim=1)  # [B] left-pad slots
+    rb_topk, rb_routes = traj.engine_records["topk"], traj.engine_records["routes"]
     topk = {}
     if cfg.dsa_topk > 0:
         for layer, attn in enumerate(actor.core_attentions()):
             train = TopkSelection(*(x.detach() for x in attn.last_selection))
-            rollout = stack_selections(rb.topk[layer])
+            rollout = stack_selections(rb_topk[layer])
             topk[layer] = (_positions(train, offset, width), _positions(rollout, offset, width))
     routes = {
-        layer: (_fit(m.last_routes.transpose(0, 1), width, -1), _fit(rb.routes[layer], width, -1))
+        layer: (_fit(m.last_routes.transpose(0, 1), width, -1), _fit(rb_routes[layer], width, -1))
         for layer, m in actor.moe_modules().items()
     }
-    return SparseStep(tb.action_mask.clone(), offset, cfg.dsa_topk, topk, routes)
+    return SparseStep(query_mask.clone(), offset, cfg.dsa_topk, topk, routes)

@@ -94,15 +94,13 @@ def route_rows(
     }
 
 
-def emit_sparse_rows(
-    telemetry, sparse: SparseStep, *, step: int, sample_ids: torch.Tensor, keep: np.ndarray
-) -> None:
-    """Emit the step's ``topk`` and ``moe_routes`` rows (tables with rows only)."""
+def sparse_rows(
+    sparse: SparseStep, *, step: int, sample_ids: torch.Tensor, keep: np.ndarray
+) -> dict[str, dict]:
+    """The step's ``topk`` and ``moe_routes`` columns (tables with rows only)."""
+    out = {}
     if sparse.topk:
-        telemetry.emit(
-            "topk", topk_rows(step=step, sample_ids=sample_ids, sparse=sparse, keep=keep)
-        )
+        out["topk"] = topk_rows(step=step, sample_ids=sample_ids, sparse=sparse, keep=keep)
     if sparse.routes and keep.any():
-        telemetry.emit(
-            "moe_routes", route_rows(step=step, sample_ids=sample_ids, sparse=sparse, keep=keep)
-        )
+        out["moe_routes"] = route_rows(step=step, sample_ids=sample_ids, sparse=sparse, keep=keep)
+    return out

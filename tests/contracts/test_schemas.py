@@ -70,7 +70,7 @@ def test_each_column_rule_catches_exactly_its_row():
     )
     assert failures("tokens", df) == {
         ("token_id", "less_than(100)", 0),
-        ("role", "isin(['prompt', 'action', 'observation', 'summary', 'padding'])", 1),
+        ("role", "isin(['prompt', 'action', 'observation', 'summary', 'padding', 'tail'])", 1),
         ("train_logp", "<= 0", 2),
         ("rollout_logp", "finite", 3),
         ("pos", "greater_than_or_equal_to(0)", 4),

@@ -144,6 +144,6 @@ def test_enum_codes_convert_and_out_of_range_codes_are_rejected():
         "stale",
     ]
     assert t["role"].to_pylist() == ["action"] * 6
-    for bad in (6, -1):
-        with pytest.raises(ValueError, match=r"column 'mask_reason'.*enum code .* not in \[0, 6\)"):
+    for bad in (7, -1):
+        with pytest.raises(ValueError, match=r"column 'mask_reason'.*enum code .* not in \[0, 7\)"):
             build("tokens", tokens(mask_reason=np.array([0, 1, bad, 0, 0, 0])))

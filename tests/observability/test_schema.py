@@ -51,9 +51,9 @@ def test_every_public_column_exists_and_names_are_unique():
 
 def test_enums_match_the_issue():
     assert ENUMS["runs.status"] == ("running", "finished", "failed")
-    assert ENUMS["tokens.role"] == ("prompt", "action", "observation", "summary", "padding")
+    assert ENUMS["tokens.role"] == ("prompt", "action", "observation", "summary", "padding", "tail")
     assert set(ENUMS["tokens.mask_reason"]) == {
-        "kept", "icepop", "dis_low", "dis_high", "not_action", "stale"
+        "kept", "icepop", "dis_low", "dis_high", "not_action", "stale", "dropped"
     }  # fmt: skip
     assert ENUMS["contract_results.status"] == ("pass", "fail", "warn", "error", "not_applicable")
     assert ENUMS["topk.engine"] == ENUMS["moe_routes.engine"] == ("train", "rollout")

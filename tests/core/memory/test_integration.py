@@ -176,7 +176,7 @@ def test_a_rollout_outside_a_step_is_replaced_not_leaked():
     mem, _ = small_memory()
     first, second = Batch(torch.zeros(8)), Batch(torch.zeros(2))  # 32 and 8 bytes
     mem.rollout_done(first)
-    mem.rollout_done(second)  # no end_step in between (e.g. rollout_step called on its own)
+    mem.rollout_done(second)  # no end_step in between (e.g. collect_step called on its own)
     assert mem.ledger.get("rollout/records").bytes == 8
     mem.end_step(0)
     assert mem.ledger.leaked_objects() == []

@@ -15,7 +15,6 @@ from core.model.dsa_engines import (
 from core.model.dsa_select import select_topk
 from core.rollout.sampling import SamplingParams
 from core.tokenizer.chat_template import encode_prompt
-from core.train.batch import build_train_batch
 from core.train.sparse_capture import capture_sparse, stack_selections
 from tests.core.rollouts import rollout, session
 
@@ -78,7 +77,7 @@ def test_select_padded_equals_unpadded_selection_per_sample(k):
 @pytest.fixture(scope="module")
 def det():
     s = session("model.dsa_topk=6")
-    return (s, *rollout(s))
+    return s, rollout(s)
 
 
 def test_indexer_params_live_in_the_actor_and_reach_the_engine(det):
@@ -107,27 +106,29 @@ class _Record:
 
 def test_decode_selection_equals_full_sequence_selection(det):
     """Incremental (prefill chunk + one token at a time, KV cache) == one full-sequence pass."""
-    s, rb, tb = det
+    s, traj = det
     hooks, full = s.engine.dsa, {}
     s.engine.dsa = {layer: _Record(h, full.setdefault(layer, [])) for layer, h in hooks.items()}
     try:
-        s.engine.prefill_logprobs(tb.input_ids, tb.valid)
+        s.engine.prefill_logprobs(traj.train_ids, traj.train_valid)
     finally:
         s.engine.dsa = hooks
     for layer in hooks:
-        inc = stack_selections(rb.topk[layer])  # [B, W, k], W = slots the rollout ran
+        inc = stack_selections(
+            traj.engine_records["topk"][layer]
+        )  # [B, W, k], W = slots the rollout ran
         ref = stack_selections(full[layer])  # [B, T, k]
         w = inc.indices.shape[1]
-        assert w > rb.prompt_ids.shape[1]  # decode steps are included
+        assert w > traj.n_prompt  # decode steps are included
         assert torch.equal(inc.indices, ref.indices[:, :w])
         assert torch.equal(inc.boundary_ties, ref.boundary_ties[:, :w])
 
 
 def test_train_and_rollout_select_the_same_keys_deterministic(det):
-    s, rb, tb = det
+    s, traj = det
     with torch.no_grad():
-        s.actor.logits(tb.input_ids, tb.valid)
-    sparse = capture_sparse(s.actor, rb, tb)
+        s.actor.logits(traj.train_ids, traj.train_valid)
+    sparse = capture_sparse(s.actor, traj)
     assert sparse.metrics() == {"topk_agreement": 1.0}
     train, rollout = sparse.topk[0]
     rows = sparse.query_mask
@@ -139,23 +140,23 @@ def test_train_and_rollout_select_the_same_keys_deterministic(det):
 
 def test_nondeterministic_rollout_topk_disagrees():
     s = session("model.dsa_topk=6", 'rollout.topk_mode="nondeterministic"')
-    rb, tb = rollout(s)
+    traj = rollout(s)
     with torch.no_grad():
-        s.actor.logits(tb.input_ids, tb.valid)
-    agreement = capture_sparse(s.actor, rb, tb).metrics()["topk_agreement"]
+        s.actor.logits(traj.train_ids, traj.train_valid)
+    agreement = capture_sparse(s.actor, traj).metrics()["topk_agreement"]
     assert 0.0 < agreement < 1.0  # measured 0.54-0.79 (k=6, noise 1e-3 + random tie order)
 
 
-def _actor_selection(s, tb) -> torch.Tensor:
+def _actor_selection(s, traj) -> torch.Tensor:
     with torch.no_grad():
-        s.actor.logits(tb.input_ids, tb.valid)
+        s.actor.logits(traj.train_ids, traj.train_valid)
     return s.actor.core_attentions()[0].last_selection.indices.clone()
 
 
 def test_actor_kernel_is_deterministic_by_default():
     s = session("model.dsa_topk=6")
-    _, tb = rollout(s)
-    assert torch.equal(_actor_selection(s, tb), _actor_selection(s, tb))
+    traj = rollout(s)
+    assert torch.equal(_actor_selection(s, traj), _actor_selection(s, traj))
 
 
 def test_nondeterministic_actor_topk_differs_between_forwards_and_is_seeded():
@@ -163,10 +164,10 @@ def test_nondeterministic_actor_topk_differs_between_forwards_and_is_seeded():
     pick different key sets, and a run is reproducible from its seed."""
     overrides = ("model.dsa_topk=6", 'train.topk_mode="nondeterministic"', "train.topk_noise=1.0")
     a, b = session(*overrides), session(*overrides)
-    _, tb = rollout(a)
-    first, second = _actor_selection(a, tb), _actor_selection(a, tb)
+    traj = rollout(a)
+    first, second = _actor_selection(a, traj), _actor_selection(a, traj)
     assert not torch.equal(first, second)
-    assert torch.equal(first, _actor_selection(b, tb))  # same seed: same noise
+    assert torch.equal(first, _actor_selection(b, traj))  # same seed: same noise
 
 
 def test_dense_attention_recovered_when_k_covers_the_sequence():
@@ -185,10 +186,10 @@ def test_dense_attention_recovered_when_k_covers_the_sequence():
     ]
     assert torch.equal(outs[0].response_ids, outs[1].response_ids)
     assert torch.allclose(outs[0].logprobs, outs[1].logprobs, atol=1e-5, rtol=0)
-    tb = build_train_batch(outs[1], tok=sparse.tok)
+    ids = torch.cat([outs[1].prompt_ids, outs[1].response_ids], dim=1)
+    real = torch.cat([outs[1].prompt_valid, outs[1].response_mask], dim=1)
     with torch.no_grad():
-        lp = [x.actor.logits(tb.input_ids, tb.valid).log_softmax(-1) for x in (dense, sparse)]
-    real = tb.valid
+        lp = [x.actor.logits(ids, real).log_softmax(-1) for x in (dense, sparse)]
     ulp = torch.finfo(torch.float32).eps * lp[0][real].abs().max()
     assert float((lp[0][real] - lp[1][real]).abs().max()) <= 16 * ulp
     sel = sparse.actor.core_attentions()[0].last_selection
@@ -199,5 +200,5 @@ def test_dense_attention_recovered_when_k_covers_the_sequence():
 def test_dense_default_config_has_no_dsa_hooks():
     s = session()
     assert s.engine.dsa == {} and all(a.dsa is None for a in s.actor.core_attentions())
-    rb, tb = rollout(s)
-    assert capture_sparse(s.actor, rb, tb) is None
+    traj = rollout(s)
+    assert capture_sparse(s.actor, traj) is None

@@ -68,7 +68,7 @@ def test_warmup_in_the_session_reaches_the_rollout_engine_and_is_deterministic()
     assert torch.equal(warm.engine.weights[name], again.engine.weights[name])
     assert not torch.equal(warm.engine.weights[name], cold.engine.weights[name])
     acc = {
-        k: greedy_accuracy(s.engine, s.tok, s.cfg.task, n=64, max_new_tokens=8)["accuracy"]
+        k: greedy_accuracy(s.engine, s.envs.eval_set(64), tok=s.tok, max_new_tokens=8)["accuracy"]
         for k, s in (("cold", cold), ("warm", warm))
     }
     assert acc["warm"] > acc["cold"] + 0.15, acc  # the Top-8 keys are now the ones that matter

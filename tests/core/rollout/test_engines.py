@@ -17,8 +17,8 @@ from core.rollout.engine import RolloutEngine
 from core.rollout.sampling import SamplingParams
 from core.sync.convert import actor_to_rollout
 from core.telemetry import NullTelemetry
-from core.train.batch import build_train_batch
 from core.train.session import Session
+from tests.core.rollouts import rollout
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +41,19 @@ def test_bf16_rollout_mismatch_is_nonzero_and_reported():
 def test_rollout_logprobs_match_trainer_recompute(session):
     """The trainer's log-probs on the rollout's exact IDs equal what the rollout reported."""
     from core.algorithms.logprobs import token_logprobs
-    from core.train.grpo import rollout_step
 
-    _, rb, *_ = rollout_step(session, 0)
-    tb = build_train_batch(rb, tok=session.tok)
+    traj = rollout(session, 0)
     with torch.no_grad():
-        lp, _ = token_logprobs(session.actor.logits(tb.input_ids, tb.valid)[:, :-1], tb.targets)
-    diff = (lp - tb.rollout_logp).abs()[tb.action_mask]
+        logits = session.actor.logits(traj.train_ids, traj.train_valid)[:, :-1]
+        lp, _ = token_logprobs(logits, traj.train_ids[:, 1:])
+    diff = (lp - traj.rollout_logp[:, 1:]).abs()[traj.generated[:, 1:]]
     assert diff.numel() > 0 and float(diff.max()) <= 1e-5
 
 
 def test_tito_trainer_uses_rollout_ids(session):
-    from core.train.grpo import rollout_step
-
-    _, rb, *_ = rollout_step(session, 1)
-    tb = build_train_batch(rb, tok=session.tok)
-    assert torch.equal(tb.input_ids[:, : rb.prompt_ids.shape[1]], rb.prompt_ids)
-    assert torch.equal(tb.input_ids[:, rb.prompt_ids.shape[1] :], rb.response_ids)
-    assert torch.equal(tb.targets, tb.rollout_targets)
+    traj = rollout(session, 1)
+    assert traj.train_ids is traj.ids  # the trainer feeds the rollout's exact ids
+    assert torch.equal(traj.train_valid, traj.valid)
 
 
 def test_retokenize_fault_changes_ids_and_is_flagged():
@@ -70,19 +65,17 @@ def test_retokenize_fault_changes_ids_and_is_flagged():
     ``retokenize-bug`` scenario) a few percent of responses contain one.
     """
     from core.tokenizer.tito import tito_violations
-    from core.train.grpo import rollout_step
 
     hot = Session(load_config(None, ["rollout.temperature=2.0"]), NullTelemetry())
     flagged = 0
     for step in range(4):
-        _, rb, *_ = rollout_step(hot, 100 + step)
-        tb = build_train_batch(rb, tok=hot.tok, retokenize=True)
-        v = tito_violations(tb.rollout_targets, tb.targets, tb.action_mask)
+        traj = rollout(hot, 100 + step, retokenize=True)
+        v = tito_violations(traj.ids, traj.train_ids, traj.generated & traj.train_valid)
         flagged += int((v > 0).sum())
         for i in torch.nonzero(v > 0).flatten().tolist():
             # each flagged response holds a token that does not survive decode→encode on its
             # own: a merged digit token, or a lone non-UTF-8 byte (decoded to U+FFFD)
-            ids = rb.response_ids[i][rb.response_mask[i]].tolist()
+            ids = traj.ids[i][traj.generated[i]].tolist()
             assert any(hot.tok.encode(hot.tok.decode([t])) != [t] for t in ids)
     assert flagged > 0
 

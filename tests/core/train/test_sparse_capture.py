@@ -1,6 +1,8 @@
 """Train vs rollout sparse records: agreement rates on a hand-made step, chunk stacking, and
 routing replay on real rollouts (the actor's routes become the rollout's)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -36,36 +38,42 @@ def moe_bf16():
         "algorithm.prompts_per_step=8",
         "algorithm.group_size=8",
     )
-    return (s, *rollout(s))
+    return s, rollout(s)
 
 
 def test_routes_disagree_without_replay(moe_bf16):
-    s, rb, tb = moe_bf16
+    s, traj = moe_bf16
     with torch.no_grad():
-        s.actor.logits(tb.input_ids, tb.valid)
-    assert 0.9 < capture_sparse(s.actor, rb, tb).metrics()["route_agreement"] < 1.0
+        s.actor.logits(traj.train_ids, traj.train_valid)
+    assert 0.9 < capture_sparse(s.actor, traj).metrics()["route_agreement"] < 1.0
 
 
 def test_routing_replay_makes_actor_routes_equal_the_rollouts(moe_bf16):
-    s, rb, tb = moe_bf16
-    with torch.no_grad(), routing_replay(s.actor, rb, enabled=True):
-        s.actor.logits(tb.input_ids, tb.valid)
-    sparse = capture_sparse(s.actor, rb, tb)
+    s, traj = moe_bf16
+    with torch.no_grad(), routing_replay(s.actor, traj, enabled=True):
+        s.actor.logits(traj.train_ids, traj.train_valid)
+    sparse = capture_sparse(s.actor, traj)
     assert sparse.metrics()["route_agreement"] == 1.0
-    w = rb.routes[0].shape[1]  # every slot the rollout ran, not only action queries
+    w = traj.engine_records["routes"][0].shape[
+        1
+    ]  # every slot the rollout ran, not only action queries
     for layer, module in s.actor.moe_modules().items():
-        assert torch.equal(module.last_routes.transpose(0, 1)[:, :w], rb.routes[layer])
+        assert torch.equal(
+            module.last_routes.transpose(0, 1)[:, :w], traj.engine_records["routes"][layer]
+        )
         assert module.replay_routes is None  # cleared: the sync probe routes by itself
 
 
 def test_routing_replay_forces_given_routes(moe_bf16):
     """Replay is not a no-op: arbitrary (valid) routes are used as given."""
-    s, rb, tb = moe_bf16
+    s, traj = moe_bf16
     e = s.model_cfg.num_experts
-    forced = {layer: (r + 1) % e for layer, r in rb.routes.items()}
-    rb_forced = type(rb)(**{**rb.__dict__, "routes": forced})
-    with torch.no_grad(), routing_replay(s.actor, rb_forced, enabled=True):
-        s.actor.logits(tb.input_ids, tb.valid)
-    w = rb.routes[0].shape[1]
+    forced = {layer: (r + 1) % e for layer, r in traj.engine_records["routes"].items()}
+    forced_traj = dataclasses.replace(
+        traj, engine_records={**traj.engine_records, "routes": forced}
+    )
+    with torch.no_grad(), routing_replay(s.actor, forced_traj, enabled=True):
+        s.actor.logits(traj.train_ids, traj.train_valid)
+    w = traj.engine_records["routes"][0].shape[1]
     for layer, module in s.actor.moe_modules().items():
         assert torch.equal(module.last_routes.transpose(0, 1)[:, :w], forced[layer])

@@ -1,0 +1,1 @@
+"""Environments: where trajectories come from (``reset`` → prompt ids, ``step`` → observation or done)."""
