@@ -57,6 +57,31 @@ def _cmd_pretrain(args) -> int:
     return pretrain_from_args(args)
 
 
+def _add_export_hf(sub) -> None:
+    p = sub.add_parser(
+        "export-hf", help="write a checkpoint as a Hugging Face directory (transformers loads it)"
+    )
+    p.add_argument("out", help="output directory")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="closedloop checkpoint (or HF) directory (default: the shipped base model)",
+    )
+    p.set_defaults(func=_cmd_export_hf)
+
+
+def _cmd_export_hf(args) -> int:
+    from core.model.hf_export import export_hf
+
+    try:
+        out = export_hf(args.out, checkpoint=args.checkpoint)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"closedloop export-hf: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
 def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="the main job: a short GRPO run with telemetry, then the gate")
     p.add_argument("--run-dir", default="runs")
@@ -76,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_pretrain(sub)
     _add_demo(sub)
+    _add_export_hf(sub)
     for module in _REGISTRARS:
         __import__(module, fromlist=["register"]).register(sub)
     return parser

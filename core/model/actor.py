@@ -1,6 +1,8 @@
 """The actor: a megatron-core ``GPTModel`` built from a layer spec, on the CPU (gloo, world size 1).
 
-megatron's local spec with RMSNorm, GQA and SwiGLU; our ``ActorCoreAttention`` replaces
+megatron's local spec with RMSNorm, GQA and SwiGLU (and, per ``ModelConfig``, megatron's own
+q/k/v bias ``add_qkv_bias``, per-head q/k RMSNorm ``qk_layernorm`` with the spec's
+``q_layernorm``/``k_layernorm``, and tied embeddings); our ``ActorCoreAttention`` replaces
 ``DotProductAttention`` and our ``MoEMLP`` replaces ``MoELayer`` through the spec (both allocate
 CUDA state in megatron). No position embedding in megatron: RoPE lives in the core attention.
 fp32 master weights; the optimizer (AdamW) is the training loop's.
@@ -48,6 +50,8 @@ def transformer_config(cfg: ModelConfig) -> TransformerConfig:
         gated_linear_unit=True,
         activation_func=F.silu,
         add_bias_linear=False,
+        add_qkv_bias=cfg.qkv_bias,
+        qk_layernorm=cfg.qk_norm,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         use_cpu_initialization=True,
@@ -73,7 +77,7 @@ def layer_specs(
     """
     specs = []
     for i in range(cfg.num_layers):
-        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=cfg.qk_norm)
         attn = spec.submodules.self_attention.submodules
         attn.core_attention = ActorCoreAttention
         if i in cfg.moe_layers:
@@ -112,7 +116,7 @@ class Actor(nn.Module):
             max_sequence_length=cfg.max_seq_len,
             pre_process=True,
             post_process=True,
-            share_embeddings_and_output_weights=False,
+            share_embeddings_and_output_weights=cfg.tie_embeddings,
             position_embedding_type="none",
         )
         if dsa_factory is None and cfg.dsa_topk > 0:

@@ -4,7 +4,8 @@ A separate implementation of the policy's math from the megatron actor (its own 
 layout — separate q/k/v, gate/up — its own attention kernel and KV cache), as vLLM/SGLang are
 separate from Megatron in production, so train/rollout mismatch is real. Precision ``fp32`` or
 ``bf16`` (matmuls in bf16, norms/softmax in fp32). Prompts are left-padded; positions count from
-each sample's first real token. Linear weights may be replaced by quantized weights
+each sample's first real token. Optional q/k/v biases (``bq/bk/bv``), per-head q/k RMSNorm
+(``q_norm/k_norm``) and a tied output head follow ``ModelConfig``. Linear weights may be replaced by quantized weights
 (any object with ``.linear(x)``), which the quantization path installs.
 """
 
@@ -92,11 +93,13 @@ class RolloutEngine:
         }
         self.policy_version = version
 
-    def _lin(self, name: str, x: torch.Tensor) -> torch.Tensor:
+    def _lin(self, name: str, x: torch.Tensor, bias: str | None = None) -> torch.Tensor:
         w = self.weights[name]
-        if isinstance(w, torch.Tensor):
-            return x @ w.t()
-        return w.linear(x)
+        b = None if bias is None else self.weights[bias]
+        if not isinstance(w, torch.Tensor):
+            return w.linear(x, b)
+        y = x @ w.t()
+        return y if b is None else y + b
 
     def _norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -157,9 +160,12 @@ class RolloutEngine:
         for l in range(cfg.num_layers):
             p = f"layers.{l}."
             h = self._norm(p + "attn_norm", x)
-            q = self._lin(p + "wq", h).view(b, t, cfg.num_heads, cfg.head_dim)
-            k = self._lin(p + "wk", h).view(b, t, cfg.num_kv_heads, cfg.head_dim)
-            v = self._lin(p + "wv", h).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+            bq, bk, bv = (p + n if cfg.qkv_bias else None for n in ("bq", "bk", "bv"))
+            q = self._lin(p + "wq", h, bq).view(b, t, cfg.num_heads, cfg.head_dim)
+            k = self._lin(p + "wk", h, bk).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+            v = self._lin(p + "wv", h, bv).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+            if cfg.qk_norm:  # per-head RMSNorm before RoPE (Qwen3)
+                q, k = self._norm(p + "q_norm", q), self._norm(p + "k_norm", k)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             cache[l][0][:, start : start + t] = k
             cache[l][1][:, start : start + t] = v
@@ -246,6 +252,19 @@ class RolloutEngine:
         Returns:
             [B, T-1] fp32.
         """
-        cache = self._new_cache(ids.shape[0], ids.shape[1])
-        logits = self._forward(ids, valid, 0, cache, {}, {})[:, :-1] / temperature
+        logits = self.prefill_logits(ids, valid)[:, :-1] / temperature
         return logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+    @torch.no_grad()
+    def prefill_logits(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Next-token logits of a left-padded batch in one prefill (a fresh cache, then freed).
+
+        Args:
+            ids: [B, T] int64; valid: [B, T] bool.
+        Returns:
+            [B, T, V] fp32 (rows of padding positions are unspecified).
+        """
+        if not self.weights:
+            raise RuntimeError("rollout engine has no weights: call load_weights first")
+        cache = self._new_cache(ids.shape[0], ids.shape[1])
+        return self._forward(ids, valid, 0, cache, {}, {})

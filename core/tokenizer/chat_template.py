@@ -24,6 +24,18 @@ CHAT_TEMPLATE_REV = hashlib.sha256(CHAT_TEMPLATE.encode("utf-8")).hexdigest()
 """sha256 hex of ``CHAT_TEMPLATE``."""
 
 
+HF_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'user' %}" + USER + "{{ m['content'] }}"
+    "{% elif m['role'] == 'assistant' %}" + ASSISTANT + "{{ m['content'] }}{{ eos_token }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}" + ASSISTANT + "{% endif %}"
+)
+"""``CHAT_TEMPLATE`` as a Jinja chat template (``tokenizer_config.json`` of an HF export): one user
+message with ``add_generation_prompt`` renders ``render_prompt``; a user + assistant pair renders
+prompt + answer + ``<|eos|>`` (``encode_prompt`` + ``encode_response``)."""
+
+
 def render_prompt(question: str) -> str:
     """The prompt text for ``question``; raises ValueError if it contains a special token."""
     for token in SPECIAL_TOKENS:

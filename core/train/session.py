@@ -15,9 +15,9 @@ import torch
 
 from core.envs.registry import make_env_source
 from core.model.actor import Actor
-from core.model.checkpoint import load_checkpoint
 from core.model.dsa_engines import actor_dsa_factory, engine_dsa
 from core.model.dsa_warmup import warmup_indexers
+from core.model.source import load_policy
 from core.model.upcycle import sparse_from_dense
 from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine, left_pad
@@ -57,7 +57,8 @@ class Session:
         torch.manual_seed(cfg.train.seed)
         base = Path(cfg.train.base_model)
         base = base if base.is_absolute() else REPO_ROOT / base
-        weights, model_cfg, self.base_meta = load_checkpoint(base)
+        source = cfg.model.hf_path or base  # a Hugging Face directory, else our checkpoint
+        weights, model_cfg, self.base_meta = load_policy(source, tokenizer=self.tok)
         if self.tok.vocab_size > model_cfg.vocab_size:
             raise ValueError(
                 f"tokenizer vocab {self.tok.vocab_size} > model.vocab_size {model_cfg.vocab_size}"
