@@ -3,13 +3,17 @@
 Choices (all computed in float32, see ``core.quant.quantizer``):
 - ``int4-g32-sym``: the INT4 QAT seed. Per group of 32 along K, scale = amax / 7, codes in
   [-7, 7], round half to even, bf16 scales, compressed-tensors ``pack-quantized`` storage.
-- ``int4-g32-torchao``: torchao's int4 weight fake quantizer (``IntxFakeQuantizeConfig(torch.int4,
-  group_size=32)``, the 8da4w QAT weight path) and compressed-tensors' symmetric default: codes in
-  the full signed range [-8, 7], scale = amax / ((7 - -8) / 2) = amax / 7.5, zero point 0, so
-  +amax lands on 7.5 and is clipped to 7 while -amax reaches -7.5 -> -8 (half-even). "Asymmetric-
-  compatible" means the code range is the asymmetric [-8, 7] and packs with the same +8 offset as an
-  asymmetric checkpoint. Departure: torchao keeps fp32 scales for QAT; we store bf16 scales so the
-  packed W4A16 weight stays within 0.30x of bf16 (fp32 scales would cost 0.3125x at g32).
+- ``int4-g32-torchao``: bit-identical to torchao 0.18's int4 weight fake quantizer
+  ``IntxFakeQuantizer(IntxFakeQuantizeConfig(torch.int4, group_size=32))`` (the 8da4w QAT weight
+  path) on fp32 weights: codes in the full signed range [-8, 7], scale = amax / ((7 - -8) / 2) =
+  amax / 7.5 clamped below by the fp32 smallest normal 2^-126 (torchao's eps for fp32 inputs),
+  fp32 scales, zero point 0, and codes from x * (1 / s) as torchao's ``_quantize_affine`` computes
+  them. The reciprocal matters: at a group's -amax, x / s is exactly -7.5 (a tie, -> -8) while
+  x * (1 / s) is -7.5 or one ulp above it (-> -7) depending on s, so about 0.3% of a random
+  weight's elements (those at a group's extreme) differ by a full step under plain division.
+  +amax lands on 7.5 and is clipped to 7. fp32 scales cost 5 bits a weight packed (0.3125x of
+  bf16) against 4.5 with the seed's bf16 scales. bf16/fp16 weights: torchao computes the scale
+  in the weight's dtype, we in fp32, so the identity holds for fp32 weights (our masters) only.
 - ``int4-g32-asym``: min-max asymmetric int4, codes [-8, 7] with an int zero point per group
   (the compressed-tensors asymmetric layout: ``weight_zero_point`` packed along N).
 - ``int4-channel-sym``: the seed's symmetric int4 codes with one bf16 scale per output channel
@@ -25,7 +29,16 @@ from core.quant.spec import QuantSpec
 
 PRESETS: dict[str, QuantSpec] = {
     "int4-g32-sym": QuantSpec(name="int4-g32-sym", bits=4, qmin=-7, qmax=7, group_size=32),
-    "int4-g32-torchao": QuantSpec(name="int4-g32-torchao", bits=4, qmin=-8, qmax=7, group_size=32),
+    "int4-g32-torchao": QuantSpec(
+        name="int4-g32-torchao",
+        bits=4,
+        qmin=-8,
+        qmax=7,
+        group_size=32,
+        scale_dtype="float32",
+        eps=2.0**-126,
+        reciprocal=True,
+    ),
     "int4-g32-asym": QuantSpec(
         name="int4-g32-asym",
         bits=4,

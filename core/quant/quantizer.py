@@ -7,6 +7,8 @@ Design (shared by QAT fake quant, offline quantization at weight sync, and rollo
   ``scales`` [N, G] with G = K / group_size (or 1), stored in ``spec.scale_dtype``; the codes are
   computed against the *stored* scale, so ``dequantize`` reproduces exactly what was quantized.
 - Symmetric (``max_abs``): s = max(amax / ((qmax - qmin) / 2), eps); q = clamp(round(x / s), qmin, qmax).
+  ``spec.reciprocal``: the codes use x * (1 / s) in place of x / s (torchao's form; its zero
+  point still divides).
 - Asymmetric (``min_max``): lo = min(x, 0), hi = max(x, 0), s = max((hi - lo) / (qmax - qmin), eps),
   z = clamp(qmin - round(lo / s), qmin, qmax); q = clamp(round(x / s) + z, qmin, qmax).
 - fp8 e4m3: s = max(amax / 448, eps); q = float8_e4m3fn(clamp(x / s, -448, 448)) (nearest even).
@@ -78,7 +80,8 @@ def quantize(weight: torch.Tensor, spec: QuantSpec) -> QuantizedTensor:
         if spec.is_fp8:
             codes = (x / s).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
         else:
-            q = _round(x / s, spec.rounding)  # [N, G, S]
+            scaled = x * (1.0 / s) if spec.reciprocal else x / s  # [N, G, S]
+            q = _round(scaled, spec.rounding)  # [N, G, S]
             if not spec.symmetric:
                 z = (spec.qmin - _round(lo / s.squeeze(-1), spec.rounding)).clamp(
                     spec.qmin, spec.qmax

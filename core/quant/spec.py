@@ -53,6 +53,10 @@ class QuantSpec:
     """``none`` (symmetric) or ``int`` (asymmetric: x ~ (q - z) * s with z an int code)."""
     packing: str = "pack-quantized"
     """``pack-quantized``: eight int4 codes per int32 (compressed-tensors); ``none``: codes as is."""
+    reciprocal: bool = False
+    """Codes from ``x * (1 / s)`` (torchao's ``_quantize_affine``) instead of ``x / s``. The two
+    differ by one ulp on some inputs; where ``x / s`` is a rounding tie (a group's -amax lands on
+    exactly -7.5 with codes [-8, 7]) that ulp moves the code a full step. int formats only."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -119,6 +123,7 @@ def _validate(s: QuantSpec) -> None:
     _choice("zero_point_domain", s.zero_point_domain, ZERO_POINT_DOMAINS)
     _choice("packing", s.packing, PACKINGS)
     _choice("symmetric", s.symmetric, (True, False))
+    _choice("reciprocal", s.reciprocal, (True, False))
     if isinstance(s.bits, bool) or not isinstance(s.bits, int):
         raise ValueError(f"QuantSpec.bits must be an int in (4, 8), got {s.bits!r}")
     if not isinstance(s.group_size, int) or not (s.group_size == -1 or s.group_size >= 1):
@@ -149,6 +154,7 @@ def _validate(s: QuantSpec) -> None:
         _choice("rounding", s.rounding, ("half_even",))  # the fp8 cast rounds to nearest even
         _choice("symmetric", s.symmetric, (True,))
         _choice("packing", s.packing, ("none",))
+        _choice("reciprocal", s.reciprocal, (False,))
     if s.symmetric:
         _choice("scale_rule", s.scale_rule, ("max_abs",))
         _choice("zero_point_domain", s.zero_point_domain, ("none",))

@@ -122,9 +122,11 @@ def test_qat_preset_differing_from_the_rollout_preset_shows_in_the_rows():
         'rollout.precision="w4a16"', "quant.qat=true", 'quant.qat_preset="int4-g32-torchao"'
     )
     prod = _by_tensor(s.quant.last_rows)[(0, "layers.0.wq")]
-    # torchao codes are in [-8, 7] with scale amax/7.5, the seed's in [-7, 7] with amax/7.
+    # torchao codes are in [-8, 7] with fp32 scales amax/7.5, the seed's in [-7, 7] with bf16
+    # scales amax/7.
     assert qparams_mismatch(prod["qat_fake"], prod["offline_real"]) == [
         "qmin",
+        "scale_dtype",
         "scale_hash",
         "code_hash",
     ]

@@ -66,7 +66,7 @@ def test_different_qmax_is_detected():
         policy_version=0,
         max_abs_err=0.0,
     )
-    assert qparams_mismatch(a, b) == ["qmin", "scale_hash", "code_hash"]
+    assert qparams_mismatch(a, b) == ["qmin", "scale_dtype", "scale_hash", "code_hash"]
 
 
 def test_different_rounding_is_detected_in_fields_and_codes():

@@ -163,7 +163,7 @@ def _naive_quantize(w, spec):
             if not spec.symmetric:
                 z = min(max(spec.qmin - rnd(float(torch.tensor(lo) / s)), spec.qmin), spec.qmax)
             for j in range(gs):
-                v = float(grp[j] / s)
+                v = float(grp[j] * (1.0 / s) if spec.reciprocal else grp[j] / s)
                 codes[r, g0 + j] = min(max(rnd(v) + z, spec.qmin), spec.qmax)
             srow.append(float(s))
             zrow.append(z)
