@@ -5,13 +5,15 @@ layout — separate q/k/v, gate/up — its own attention kernel and KV cache), a
 separate from Megatron in production, so train/rollout mismatch is real. Precision ``fp32`` or
 ``bf16`` (matmuls in bf16, norms/softmax in fp32). Prompts are left-padded; positions count from
 each sample's first real token. Optional q/k/v biases (``bq/bk/bv``), per-head q/k RMSNorm
-(``q_norm/k_norm``) and a tied output head follow ``ModelConfig``. Linear weights may be replaced by quantized weights
-(any object with ``.linear(x)``), which the quantization path installs.
+(``q_norm/k_norm``) and a tied output head follow ``ModelConfig``. Linear weights may be replaced
+by quantized weights (any object with ``.linear(x, bias)``), which the quantization path installs.
+Implements ``core.rollout.protocol.RolloutEngineProtocol``; a request's KV cache is allocated at
+its start and released at its end (also on error), nothing is cached across requests.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -19,43 +21,12 @@ import torch.nn.functional as F
 from core.model.config import ModelConfig
 from core.model.moe import route
 from core.model.rope import apply_rope, positions_from_padding, rope_angles
+from core.rollout.protocol import RolloutBatch
 from core.rollout.sampling import SamplingParams, sample_tokens
 
+__all__ = ["RolloutBatch", "RolloutEngine", "left_pad"]
+
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-@dataclass
-class RolloutBatch:
-    """What the engine hands back for a batch of prompts (tensors on the CPU).
-
-    prompt_ids [B, Tp] left-padded, prompt_valid [B, Tp] bool, response_ids [B, Tr] (pad after
-    the stop), response_mask [B, Tr] bool (True on generated tokens incl. EOS), logprobs [B, Tr]
-    fp32 (0 where masked), finished [B] bool (EOS seen), routes {layer: [B, Tp+Tr, k]},
-    topk {layer: TopkSelection-like record} from the DSA layers.
-    """
-
-    prompt_ids: torch.Tensor
-    prompt_valid: torch.Tensor
-    response_ids: torch.Tensor
-    response_mask: torch.Tensor
-    logprobs: torch.Tensor
-    finished: torch.Tensor
-    policy_version: int
-    routes: dict = field(default_factory=dict)
-    topk: dict = field(default_factory=dict)
-
-    def finish_reasons(self) -> list[str]:
-        return ["stop" if f else "length" for f in self.finished.tolist()]
-
-    def sample(self, i: int) -> dict:
-        """Per-sample token-out view: token IDs, log-probs, finish reason, policy version."""
-        m = self.response_mask[i]
-        return {
-            "token_ids": self.response_ids[i][m].tolist(),
-            "logprobs": self.logprobs[i][m].tolist(),
-            "finish_reason": self.finish_reasons()[i],
-            "policy_version": self.policy_version,
-        }
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,10 +54,17 @@ class RolloutEngine:
         self.policy_version = -1
         self.dsa = dsa or {}  # layer -> callable(q, k, v, q_pos, key_valid) -> (out, selection)
         self.memory_hooks = None  # core.train.memory_hooks.TrainingMemory: KV caches to the ledger
+        self._kv_bytes = 0  # live KV cache bytes (requests in flight)
+        self._kv_peak = 0
 
     # ---- weights -------------------------------------------------------------------------
     def load_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """Install weights (engine layout); float tensors are cast to the engine precision."""
+        """Install weights (engine layout) as ``version``; float tensors are cast to the engine
+        precision. A version below the installed one is refused (``ValueError``)."""
+        if version < self.policy_version:
+            raise ValueError(
+                f"weight update version {version} < installed policy_version {self.policy_version}"
+            )
         self.weights = {
             k: (v.to(self.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
             for k, v in weights.items()
@@ -183,7 +161,27 @@ class RolloutEngine:
         ]
         if self.memory_hooks is not None:  # the ledger frees it when the tensors die
             self.memory_hooks.kv_cache_allocated(cache)
+        self._kv_bytes += 2 * self.cfg.num_layers * cache[0][0].numel() * cache[0][0].element_size()
+        self._kv_peak = max(self._kv_peak, self._kv_bytes)
         return cache
+
+    def _release_cache(self, cache: list) -> None:
+        """End of a request: drop the engine's references to its cache (views may outlive it)."""
+        if cache:
+            self._kv_bytes -= 2 * len(cache) * cache[0][0].numel() * cache[0][0].element_size()
+            cache.clear()
+
+    def kv_cache_bytes(self) -> int:
+        """KV cache bytes held by requests in flight (0 when idle)."""
+        return self._kv_bytes
+
+    def kv_cache_peak_bytes(self) -> int:
+        """Largest ``kv_cache_bytes`` since construction or the last ``reset_kv_cache``."""
+        return self._kv_peak
+
+    def reset_kv_cache(self) -> None:
+        """Nothing is cached across requests here; resets the peak."""
+        self._kv_peak = self._kv_bytes
 
     # ---- public API --------------------------------------------------------------------------
     @torch.no_grad()
@@ -210,6 +208,26 @@ class RolloutEngine:
                 f"prompt ({tp}) + max_new_tokens ({tr}) > model.max_seq_len={self.cfg.max_seq_len}"
             )
         cache = self._new_cache(b, tp + tr)
+        try:
+            return self._decode(
+                prompt_ids,
+                prompt_valid,
+                params,
+                cache=cache,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                generator=generator,
+                greedy=greedy,
+            )
+        finally:
+            self._release_cache(cache)
+
+    def _decode(
+        self, prompt_ids, prompt_valid, params, *, cache, eos_id, pad_id, generator, greedy
+    ):
+        """Prefill the prompts, then sample ``params.max_new_tokens`` steps (or until all stop)."""
+        b, tp = prompt_ids.shape
+        tr = params.max_new_tokens
         routes: dict = {}
         topk: dict = {}
         key_valid = prompt_valid.clone()
@@ -266,5 +284,30 @@ class RolloutEngine:
         """
         if not self.weights:
             raise RuntimeError("rollout engine has no weights: call load_weights first")
+        if ids.shape[1] > self.cfg.max_seq_len:
+            raise ValueError(
+                f"sequence length {ids.shape[1]} > model.max_seq_len={self.cfg.max_seq_len}"
+            )
         cache = self._new_cache(ids.shape[0], ids.shape[1])
-        return self._forward(ids, valid, 0, cache, {}, {})
+        try:
+            return self._forward(ids, valid, 0, cache, {}, {})
+        finally:
+            self._release_cache(cache)
+
+    def prefill_and_score(
+        self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Teacher-forced log-probs of each exact token sequence (no re-tokenization).
+
+        Returns, per sequence, [len(seq) - 1] fp32: log softmax(logits / temperature) of token
+        i + 1 given tokens 0..i. Sequences are left-padded into one prefill (padding never
+        attended), so a sequence scores the same alone or in any batch up to float rounding.
+        """
+        if not temperature > 0:
+            raise ValueError(f"temperature={temperature} must be > 0")
+        if not sequences or any(len(s) < 1 for s in sequences):
+            raise ValueError("prefill_and_score needs non-empty token sequences")
+        ids, valid = left_pad([list(s) for s in sequences], 0)
+        lp = self.prefill_logprobs(ids, valid, temperature)  # [B, T-1]
+        t = ids.shape[1]
+        return [lp[i, t - len(s) :].clone() for i, s in enumerate(sequences)]
