@@ -41,6 +41,8 @@ class RunInfo:
     dis_eps_high: float | None
     staleness_limit: int | None
     config: dict
+    unrecorded: tuple[str, ...] = ()
+    """What the producer declares it does not record (``runs.unrecorded``)."""
 
     @property
     def trust_rule(self) -> str:
@@ -127,8 +129,11 @@ class CheckContext:
             config = json.loads(r["config"]) if r.get("config") else {}
         except json.JSONDecodeError as e:
             raise CheckError(f"runs.config is not valid JSON: {e}") from e
+        fields = [k for k in RunInfo.__dataclass_fields__ if k not in ("config", "unrecorded")]
         return RunInfo(
-            **{k: r.get(k) for k in RunInfo.__dataclass_fields__ if k != "config"}, config=config
+            **{k: r.get(k) for k in fields},
+            config=config,
+            unrecorded=tuple(r.get("unrecorded") or ()),
         )
 
     @cached_property
@@ -143,6 +148,15 @@ class CheckContext:
         written = last_write_time(self.run_dir)
         when = None if written is None else datetime.fromtimestamp(written, UTC)
         return RunState(status, int(steps), last_step, when)
+
+    @cached_property
+    def unrecorded(self) -> tuple[str, ...]:
+        """The run's declared unrecorded names; none when its identity is unreadable (then
+        ``schema.store_readable`` fails the gate)."""
+        try:
+            return self.run.unrecorded
+        except CheckError:
+            return ()
 
     @cached_property
     def token_counts(self) -> dict[str, int]:

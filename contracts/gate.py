@@ -1,11 +1,12 @@
 """The release gate: run every registered check over a run under a policy; fail closed.
 
 ``run_gate`` opens the run (and an optional baseline) with ``observability.open_run``, runs each
-check the policy does not switch off, turns failures of warn-only checks into ``warn``, and
-records the results in the run's ``contract_results`` table. The result carries the run's state
-(status, steps recorded, last write) for the report; ``allow_running`` accepts a live run. A check that raises is an
-``error`` (fails the gate); a run that cannot be opened or a bad policy raises ``GateUsageError``
-(exit 2). Simplification: checks run sequentially on one DuckDB connection.
+check the policy does not switch off (a check that needs a table or column the run declares
+unrecorded is ``not_applicable`` without running), turns failures of warn-only checks into
+``warn``, and records the results in the run's ``contract_results`` table. The result carries the
+run's state (status, steps recorded, last write) for the report; ``allow_running`` accepts a live
+run. A check that raises is an ``error`` (fails the gate); a run that cannot be opened or a bad
+policy raises ``GateUsageError`` (exit 2). Simplification: checks run sequentially on one DuckDB connection.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from pathlib import Path
 
 import duckdb
 
-from contracts.context import CheckContext, CheckError, RunState, error
+from contracts.context import CheckContext, CheckError, RunState, error, not_applicable
 from contracts.policy import Policy, load_policy
 from contracts.record import append_results
 from contracts.registry import CheckSpec, registered_checks
 from contracts.result import FAIL, WARN, CheckResult
 from observability import open_run
 from observability.parts import resolve_run_dir
+from observability.unrecorded import covers
 
 DUCKDB_MEMORY_LIMIT = "1GB"
 """Memory limit of the gate's DuckDB connections (spills beyond; keeps the gate under 2 GB)."""
@@ -87,8 +89,12 @@ def _open(path: str | Path, what: str) -> tuple[Path, duckdb.DuckDBPyConnection]
 
 def _run_one(spec: CheckSpec, ctx: CheckContext, mode: str) -> CheckResult:
     t0 = time.perf_counter()
+    missing = [n for n in spec.needs if covers(ctx.unrecorded, n)]
     try:
-        result = spec.fn(ctx)
+        if missing:
+            result = not_applicable(f"the run declares {missing} unrecorded (runs.unrecorded)")
+        else:
+            result = spec.fn(ctx)
     except CheckError as e:
         result = error(str(e))
     except Exception as e:  # fail closed: a check that cannot run fails the gate

@@ -1,7 +1,9 @@
 """The check registry: every named, versioned contract check, in run order.
 
 Check groups (``contracts/checks/*.py``, one file per contract) register functions with
-``@check(contract, name)``; ``registered_checks()`` imports them all and returns the specs.
+``@check(contract, name, needs=(...))``; ``registered_checks()`` imports them all and returns the
+specs. ``needs`` names the schema tables / columns a check reads, so that the gate can report it
+``not_applicable`` on a run that declares one of them unrecorded (an imported dump).
 A check function takes a ``CheckContext`` and returns a ``CheckResult`` (its ids are filled in
 by the gate). Typos in check ids raise ValueError listing the valid ones.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from observability.unrecorded import unrecorded_names
 
 if TYPE_CHECKING:
     from contracts.context import CheckContext
@@ -38,6 +42,9 @@ class CheckSpec:
     """Runs only when the gate is given a ``--baseline`` run."""
     version: int = 1
     """Bumped when the rule changes meaning (recorded with every result)."""
+    needs: tuple[str, ...] = ()
+    """``table`` / ``table.column`` names the check reads: when the run declares one of them
+    unrecorded (``runs.unrecorded``) the gate reports the check ``not_applicable`` unrun."""
 
     @property
     def id(self) -> str:
@@ -48,9 +55,11 @@ _REGISTRY: dict[str, CheckSpec] = {}
 
 
 def register(spec: CheckSpec) -> CheckSpec:
-    """Add ``spec``; ValueError if its id is already taken or its contract unknown."""
+    """Add ``spec``; ValueError if its id is already taken, its contract unknown or one of its
+    ``needs`` is not a declarable schema name."""
     if spec.contract not in CONTRACTS:
         raise ValueError(f"contract {spec.contract!r} of {spec.name!r} not in {list(CONTRACTS)}")
+    unrecorded_names(spec.needs)
     if spec.id in _REGISTRY:
         raise ValueError(f"contract check {spec.id!r} is registered twice")
     _REGISTRY[spec.id] = spec
@@ -58,13 +67,18 @@ def register(spec: CheckSpec) -> CheckSpec:
 
 
 def check(
-    contract: str, name: str, *, needs_baseline: bool = False, version: int = 1
+    contract: str,
+    name: str,
+    *,
+    needs_baseline: bool = False,
+    version: int = 1,
+    needs: tuple[str, ...] = (),
 ) -> Callable[[CheckFn], CheckFn]:
     """Decorator registering ``fn`` as ``contract.name``; its docstring's first line is the doc."""
 
     def decorate(fn: CheckFn) -> CheckFn:
         doc = (fn.__doc__ or name).strip().splitlines()[0]
-        register(CheckSpec(contract, name, doc, fn, needs_baseline, version))
+        register(CheckSpec(contract, name, doc, fn, needs_baseline, version, needs))
         return fn
 
     return decorate

@@ -1,7 +1,7 @@
-"""CLI: ``closedloop telemetry compact RUN`` and ``closedloop telemetry verify RUN``.
+"""CLI: ``closedloop telemetry compact|verify RUN`` and ``closedloop import FRAMEWORK SRC``.
 
-``register(subparsers)`` adds the ``telemetry`` command to the main CLI; every subcommand sets
-``args.func(args) -> int`` (the exit code). ``python -m observability.cli`` runs it standalone.
+``register(subparsers)`` adds the ``telemetry`` and ``import`` commands to the main CLI; every
+subcommand sets ``args.func(args) -> int`` (the exit code). ``python -m observability.cli`` runs it standalone.
 """
 
 from __future__ import annotations
@@ -26,8 +26,33 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _import(args: argparse.Namespace) -> int:
+    from observability.importers import DumpError, import_dump
+
+    try:
+        result = import_dump(
+            args.framework,
+            args.src,
+            args.run_dir,
+            run_id=args.run_id,
+            vocab_size=args.vocab_size,
+        )
+    except (DumpError, FileExistsError) as e:
+        print(f"closedloop import: {e}", file=sys.stderr)
+        return 2
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(
+        f"imported {result.steps} steps, {result.samples} samples, {result.tokens} tokens "
+        f"into {result.run_dir} ({len(result.unrecorded)} tables/columns unrecorded)"
+    )
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``telemetry {compact,verify}`` to an argparse subparsers object."""
+    """Add ``telemetry {compact,verify}`` and ``import`` to an argparse subparsers object."""
+    from observability.importers import IMPORTERS
+
     parser = subparsers.add_parser("telemetry", help="telemetry store maintenance")
     sub = parser.add_subparsers(dest="telemetry_command", required=True)
     p = sub.add_parser("compact", help="fold a run's parts into RUN/telemetry.duckdb")
@@ -37,6 +62,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run directory")
     p.add_argument("--quick", action="store_true", help="read footers only, not every page")
     p.set_defaults(func=_verify)
+    p = subparsers.add_parser(
+        "import", help="convert another framework's per-token dump into a closedloop run"
+    )
+    p.add_argument("framework", choices=list(IMPORTERS), help="the framework that wrote SRC")
+    p.add_argument(
+        "src",
+        help="slime: the --dump-details directory; nemo-rl: the log directory with "
+        "train_data_step<N>.jsonl; prime-rl: the trainer output directory (token_exports/)",
+    )
+    p.add_argument("--run-dir", default="runs", help="runs root: the run goes to RUNS/<run_id>/")
+    p.add_argument("--run-id", default=None, help="run id (default <time>-import-<framework>-…)")
+    p.add_argument(
+        "--vocab-size", type=int, default=None, help="tokenizer vocabulary size (id checks)"
+    )
+    p.set_defaults(func=_import)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,6 +83,7 @@ _TABLES = (
             _c("dis_eps_low", F64, "declared lower ratio-mask epsilon", min=0.0),
             _c("dis_eps_high", F64, "declared upper ratio-mask epsilon", min=0.0),
             _nonneg("staleness_limit", I64, "declared maximum policy staleness"),
+            _c("unrecorded", pa.list_(STR), "tables / table.columns the producer never fills"),
         ),
         key=("run_id", "updated_at"),
     ),

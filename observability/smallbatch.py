@@ -44,7 +44,8 @@ def _values_ok(spec: ColumnSpec, values: list, vocab_size: int | None) -> bool:
         if not all(isinstance(v, (list, tuple, type(None))) for v in values):
             return False
         flat = [e for v in values if v is not None for e in v]
-        return all(isinstance(e, (int, float)) for e in flat) and _values_ok(
+        kinds = str if pa.types.is_string(spec.value_type) else (int, float)
+        return all(isinstance(e, kinds) for e in flat) and _values_ok(
             spec.element_spec, flat, vocab_size
         )
     if pa.types.is_timestamp(spec.type):

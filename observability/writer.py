@@ -37,6 +37,7 @@ from observability.merge import snapshot
 from observability.parts import PartWriter
 from observability.records import build_table, check_batch
 from observability.schema import SCHEMA_VERSION, table_spec
+from observability.unrecorded import unrecorded_names
 from observability.writer_thread import WriterThread
 
 RUN_INFO_KEYS = (
@@ -51,6 +52,7 @@ RUN_INFO_KEYS = (
     "dis_eps_low",
     "dis_eps_high",
     "staleness_limit",
+    "unrecorded",
 )
 """Keys ``run_info`` may hold (the ``runs`` columns the caller knows; the rest are the sink's)."""
 
@@ -78,7 +80,9 @@ class DuckDBTelemetry:
         run_id: defaults to the run directory's name.
         rank, world_size: this process's data-parallel rank and the number of ranks.
         run_info: ``runs`` columns known to the caller, keys from ``RUN_INFO_KEYS``; ``config``
-            may be a dict, a dataclass or a JSON string; ``vocab_size`` enables token-id checks.
+            may be a dict, a dataclass or a JSON string; ``vocab_size`` enables token-id checks;
+            ``unrecorded`` lists the tables / ``table.column`` names the caller never records
+            (``observability.unrecorded``).
         config: sampling / flushing / queueing knobs.
     """
 
@@ -99,6 +103,7 @@ class DuckDBTelemetry:
         if unknown:
             raise ValueError(f"unknown run_info keys {unknown}; valid: {list(RUN_INFO_KEYS)}")
         info["config"] = _config_json(info.get("config"))
+        info["unrecorded"] = [unrecorded_names(info.get("unrecorded"))]  # one list-valued row
         self.run_dir = str(Path(run_dir))
         self.run_id = run_id or Path(run_dir).resolve().name
         self.rank, self.world_size = rank, world_size

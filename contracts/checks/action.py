@@ -21,7 +21,7 @@ C = "action"
 _TOKEN_COLS = "sample_id, step, pos, token_id, role"
 
 
-@check(C, "logp_finite")
+@check(C, "logp_finite", needs=("tokens.rollout_logp", "tokens.train_logp"))
 def logp_finite(ctx: CheckContext) -> CheckResult:
     """Every action token has finite rollout and train log-probs."""
     skip = missing_tokens(ctx, "actions", "action tokens")
@@ -50,7 +50,7 @@ def loss_mask_on_actions(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "tito_exact_ids")
+@check(C, "tito_exact_ids", needs=("tokens.train_token_id",))
 def tito_exact_ids(ctx: CheckContext) -> CheckResult:
     """The trainer scored the rollout's exact token IDs (first divergence per sample shown)."""
     skip = missing_tokens(ctx, "tokens", "tokens")
@@ -68,7 +68,11 @@ def tito_exact_ids(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "run_metadata_consistent")
+@check(
+    C,
+    "run_metadata_consistent",
+    needs=("samples.tokenizer_rev", "samples.chat_template_rev", "samples.sampling"),
+)
 def run_metadata_consistent(ctx: CheckContext) -> CheckResult:
     """Every sample records tokenizer, chat-template revisions and sampling, equal across the run."""
     if not ctx.scalar("SELECT count(*) FROM samples"):
@@ -119,7 +123,11 @@ def _near(bounds: list[float], tol: float) -> str:
     return " OR ".join(f"abs(d - ({b!r})) <= {tol!r}" for b in bounds)
 
 
-@check(C, "trust_mask_recomputed")
+@check(
+    C,
+    "trust_mask_recomputed",
+    needs=("tokens.rollout_logp", "tokens.train_logp", "tokens.trust_mask", "tokens.mask_reason"),
+)
 def trust_mask_recomputed(ctx: CheckContext) -> CheckResult:
     """The recorded trust mask and reason equal the run's declared rule recomputed from log-probs."""
     skip = missing_tokens(ctx, "actions", "action tokens")
@@ -164,21 +172,21 @@ def _step_metric(ctx: CheckContext, column: str, limit: float, what: str) -> Che
     return result.replace(observed=worst, threshold=limit)
 
 
-@check(C, "mismatch_abs_mean")
+@check(C, "mismatch_abs_mean", needs=("steps.mismatch_abs_mean",))
 def mismatch_abs_mean(ctx: CheckContext) -> CheckResult:
     """Per-step mean |train_logp - rollout_logp| within the policy's threshold."""
     limit = ctx.policy.thresholds.mismatch_abs_mean
     return _step_metric(ctx, "mismatch_abs_mean", limit, "mean |dlogp|")
 
 
-@check(C, "mismatch_abs_p99")
+@check(C, "mismatch_abs_p99", needs=("steps.mismatch_abs_p99",))
 def mismatch_abs_p99(ctx: CheckContext) -> CheckResult:
     """Per-step p99 |train_logp - rollout_logp| within the policy's threshold."""
     limit = ctx.policy.thresholds.mismatch_abs_p99
     return _step_metric(ctx, "mismatch_abs_p99", limit, "p99 |dlogp|")
 
 
-@check(C, "masked_fraction")
+@check(C, "masked_fraction", needs=("steps.masked_fraction",))
 def masked_fraction(ctx: CheckContext) -> CheckResult:
     """Per-step fraction of loss tokens removed by the trust masks within the policy's threshold."""
     limit = ctx.policy.thresholds.masked_fraction

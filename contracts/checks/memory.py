@@ -35,7 +35,7 @@ def _no_events(ctx: CheckContext) -> CheckResult | None:
     return not_applicable("the run recorded no memory events")
 
 
-@check(C, "create_has_free")
+@check(C, "create_has_free", needs=("memory_events",))
 def create_has_free(ctx: CheckContext) -> CheckResult:
     """Every create has a free or is declared persistent (no leaked object)."""
     skip = _no_events(ctx)
@@ -49,7 +49,7 @@ def create_has_free(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "no_double_free")
+@check(C, "no_double_free", needs=("memory_events",))
 def no_double_free(ctx: CheckContext) -> CheckResult:
     """Every free follows a create of the same object (no double free, no unknown object)."""
     skip = _no_events(ctx)
@@ -63,7 +63,7 @@ def no_double_free(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "attribution_complete")
+@check(C, "attribution_complete", needs=("memory_events",))
 def attribution_complete(ctx: CheckContext) -> CheckResult:
     """Every memory event names its object, producer, consumer, owner and category."""
     skip = _no_events(ctx)
@@ -79,7 +79,7 @@ def attribution_complete(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "peak_breakdown_sums")
+@check(C, "peak_breakdown_sums", needs=("memory_peaks", "steps.peak_memory_bytes"))
 def peak_breakdown_sums(ctx: CheckContext) -> CheckResult:
     """At each step's peak the per-category tracked breakdown sums to steps.peak_memory_bytes."""
     if not ctx.scalar("SELECT count(*) FROM memory_peaks"):

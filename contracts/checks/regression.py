@@ -47,7 +47,7 @@ def _compare(ctx: CheckContext, column: str, threshold_of, what: str) -> CheckRe
     )
 
 
-@check(C, "mismatch_abs_mean", needs_baseline=True)
+@check(C, "mismatch_abs_mean", needs_baseline=True, needs=("steps.mismatch_abs_mean",))
 def mismatch_abs_mean(ctx: CheckContext) -> CheckResult:
     """Mean |train_logp - rollout_logp| no worse than the baseline's by more than the margin."""
     r = ctx.policy.regression
@@ -59,7 +59,7 @@ def mismatch_abs_mean(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "masked_fraction", needs_baseline=True)
+@check(C, "masked_fraction", needs_baseline=True, needs=("steps.masked_fraction",))
 def masked_fraction(ctx: CheckContext) -> CheckResult:
     """Masked fraction no worse than the baseline's by more than the margin."""
     r = ctx.policy.regression

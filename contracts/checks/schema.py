@@ -2,19 +2,22 @@
 
 ``store_readable`` fails closed on what the readers would silently skip or paper over: corrupt
 parts, a missing table directory, no or several ``runs`` identities, a schema version this gate
-does not know. ``schema.<table>`` validates every part of one table (``contracts.validate``).
+does not know. ``unrecorded_null`` holds a run to what it declares unrecorded (``runs.unrecorded``:
+known names, no values), since those declarations turn other checks ``not_applicable``.
+``schema.<table>`` validates every part of one table (``contracts.validate``).
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from contracts.context import CheckContext, CheckError, finding
+from contracts.context import CheckContext, CheckError, finding, not_applicable
 from contracts.registry import CheckSpec, check, register
 from contracts.result import CheckResult, verdict
 from contracts.validate import validate_table
 from observability.parts import check_part, list_parts, telemetry_dir
 from observability.schema import SCHEMA_VERSION, TABLES
+from observability.unrecorded import unrecorded_names
 
 C = "schema"
 
@@ -57,6 +60,38 @@ def store_readable(ctx: CheckContext) -> CheckResult:
         n_violations=n,
         examples=problems[:5],
         message=f"{n_parts} parts over {len(TABLES)} tables; {n} problems",
+    )
+
+
+@check(C, "unrecorded_null")
+def unrecorded_null(ctx: CheckContext) -> CheckResult:
+    """What the run declares unrecorded names a declarable table or column and holds no value."""
+    declared = ctx.unrecorded
+    if not declared:
+        return not_applicable("the run declares nothing unrecorded")
+    problems: list[dict] = []
+    for name in declared:
+        try:
+            unrecorded_names([name])
+        except ValueError as e:
+            problems.append({"name": name, "problem": str(e)})
+            continue
+        table, _, column = name.partition(".")
+        counted = f'count("{column}")' if column else "count(*)"
+        n = ctx.scalar(f"SELECT {counted} FROM {table}")
+        if n:
+            problems.append(
+                {"name": name, "problem": f"declared unrecorded, {n} rows hold a value"}
+            )
+    n = len(problems)
+    return finding(
+        verdict(n_violations=n),
+        observed=n,
+        threshold=0,
+        n_rows=len(declared),
+        n_violations=n,
+        examples=problems[:5],
+        message=f"{len(declared)} names declared unrecorded; {n} unknown or holding values",
     )
 
 

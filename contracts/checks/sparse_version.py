@@ -19,7 +19,7 @@ from observability.enums import SYNC_PHASES
 C = "sparse_version"
 
 
-@check(C, "topk_index_sets_equal")
+@check(C, "topk_index_sets_equal", needs=("topk",))
 def topk_index_sets_equal(ctx: CheckContext) -> CheckResult:
     """Train and rollout Top-k index sets are equal for every recorded (sample, layer, pos)."""
     if not ctx.scalar("SELECT count(*) FROM topk"):
@@ -47,7 +47,7 @@ def topk_index_sets_equal(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "trainer_forward_repeatable")
+@check(C, "trainer_forward_repeatable", needs=("tokens.old_logp", "tokens.train_logp"))
 def trainer_forward_repeatable(ctx: CheckContext) -> CheckResult:
     """A separate π_old forward of the same weights reproduces the training forward's log-probs."""
     source_of_old = ctx.run.config.get("algorithm", {}).get("old_logp")
@@ -80,7 +80,11 @@ def staleness_limit(ctx: CheckContext) -> int:
     return min(limits)
 
 
-@check(C, "staleness_within_limit")
+@check(
+    C,
+    "staleness_within_limit",
+    needs=("samples.policy_version_rollout", "samples.policy_version_train", "samples.staleness"),
+)
 def staleness_within_limit(ctx: CheckContext) -> CheckResult:
     """Every trained sample carries its policy versions and staleness <= τ."""
     if not ctx.scalar("SELECT count(*) FROM samples WHERE status = 'trained'"):
@@ -100,7 +104,7 @@ def staleness_within_limit(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "sync_complete")
+@check(C, "sync_complete", needs=("samples.policy_version_rollout", "weight_syncs"))
 def sync_complete(ctx: CheckContext) -> CheckResult:
     """No trained sample comes from a version whose weight sync lacks a complete sequence ending in ack."""
     if not ctx.scalar("SELECT count(*) FROM samples WHERE status = 'trained'"):

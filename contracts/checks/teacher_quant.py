@@ -31,7 +31,7 @@ HASH_COLUMNS = ("scale_hash", "code_hash", "zero_hash")
 REQUIRED_PRODUCERS = ("qat_fake", "offline_real")
 
 
-@check(C, "teacher_logps_present")
+@check(C, "teacher_logps_present", needs=("tokens.teacher_logp", "samples.teacher_id"))
 def teacher_logps_present(ctx: CheckContext) -> CheckResult:
     """Teacher-scored samples have a teacher ID and teacher log-probs on every action token."""
     n_samples = ctx.scalar("SELECT count(*) FROM samples WHERE teacher_id IS NOT NULL")
@@ -64,7 +64,7 @@ def teacher_logps_present(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "quant_bit_identical")
+@check(C, "quant_bit_identical", needs=("qparams",))
 def quant_bit_identical(ctx: CheckContext) -> CheckResult:
     """For every (policy version, tensor), QAT fake-quant and offline real-quant are bit-identical."""
     if not ctx.scalar("SELECT count(*) FROM qparams"):

@@ -22,6 +22,8 @@ def valid_columns(spec: TableSpec, n: int, seed: int = 0, start_id: int = 0) -> 
             out[c.name] = np.arange(start_id, start_id + n, dtype=np.int64)
         elif c.enum is not None:
             out[c.name] = [c.enum[i % len(c.enum)] for i in range(n)]
+        elif c.is_list and pa.types.is_string(t):
+            out[c.name] = [[f"tokens.c{j}" for j in range(i % 3)] for i in range(n)]
         elif c.is_list:
             out[c.name] = [list(rng.integers(0, 50, size=1 + i % 3)) for i in range(n)]
         elif pa.types.is_timestamp(t):

@@ -29,7 +29,10 @@ def python_columns(spec, n: int, seed: int = 0) -> dict:
             values = values.tolist()
         else:
             values = [v.tolist() if isinstance(v, np.ndarray) else v for v in values]
-            values = [[int(e) for e in v] if isinstance(v, list) else v for v in values]
+            values = [
+                [e if isinstance(e, str) else int(e) for e in v] if isinstance(v, list) else v
+                for v in values
+            ]
         out[name] = values
     return out
 
