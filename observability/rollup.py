@@ -1,8 +1,9 @@
 """A step's ``steps`` rollups derived from its trajectories, as closedloop's own trainer defines them.
 
 mismatch = |train_logp - rollout_logp| over action tokens where both are finite (mean and p99,
-linear interpolation as ``torch.quantile``); masked fraction = loss tokens the trust mask removed
-over loss tokens; retokenized fraction = action tokens whose trainer id differs from the
+linear interpolation as ``torch.quantile``); masked fraction = 1 - trusted / action tokens, where
+trusted = in the loss and kept by the trust mask (so, as in ``core/train/metrics.py``, every
+reason a token left the loss counts); retokenized fraction = action tokens whose trainer id differs from the
 rollout's (or is missing) over action tokens; entropy = mean over action tokens; rewards: mean and
 population std over samples; degenerate groups = groups whose rewards are all equal (needs
 ``group_id`` in every trajectory's ``sample``). A rollup whose inputs are not recorded is null.
@@ -65,9 +66,9 @@ def step_rollup(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         **_mismatch(trajs),
     }
     if _recorded(trajs, "trust_mask"):
-        trusted = _cat([tr.trust_mask for tr in trajs]).astype(bool) & loss
+        trusted = _cat([tr.trust_mask for tr in trajs]).astype(bool) & loss & action
         out["n_trusted_tokens"] = int(trusted.sum())
-        out["masked_fraction"] = 1.0 - int(trusted.sum()) / max(int(loss.sum()), 1)
+        out["masked_fraction"] = 1.0 - int(trusted.sum()) / max(int(action.sum()), 1)
     if _recorded(trajs, "train_token_ids"):
         same = _cat([(tr.train_token_ids == tr.token_ids).filled(False)[tr.action] for tr in trajs])
         out["retokenized_fraction"] = float(1.0 - same.mean()) if len(same) else 0.0

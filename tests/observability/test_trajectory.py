@@ -59,6 +59,18 @@ def test_rollup_golden_values():
     assert "entropy" not in r  # B records none: not a rollup of part of the step
     # rewards 1 and 0: mean 0.5, population std 0.5; one group with differing rewards
     assert (r["reward_mean"], r["reward_std"], r["degenerate_group_fraction"]) == (0.5, 0.5, 0.0)
+    # a sample left out of the loss: its 2 trusted action tokens count as masked (2 of 7)
+    out = Trajectory(
+        sample_id=2,
+        token_ids=[1, 2, 3],
+        n_prompt=1,
+        loss_mask=[False, False, False],
+        trust_mask=[True, True, True],
+        status="masked",
+    )
+    r = step_rollup([*golden(), out])
+    assert (r["n_loss_tokens"], r["n_trusted_tokens"]) == (5, 4)
+    assert r["masked_fraction"] == pytest.approx(1 - 4 / 7)
 
 
 def test_rollup_matches_a_per_token_loop():
