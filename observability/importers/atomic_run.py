@@ -1,6 +1,7 @@
 """Writing an imported dump as a closedloop run: the whole run directory, or nothing.
 
 The run is written through the public sink (``DuckDBTelemetry``: ``emit``, ``step_end``,
+``flush`` after every step so that a batch the sink rejects is reported with its step,
 ``close``) into ``RUNS/.import-<run_id>-<random>/<run_id>`` and renamed to ``RUNS/<run_id>``
 once closed and compacted; any error (bad input, a rejected batch, an interrupt) removes the
 temporary directory, so ``RUNS`` never holds a half-imported run (the dashboard lists only
@@ -21,13 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from observability.config import TelemetryConfig
 from observability.emit_step import step_columns, unrecorded_in
 from observability.importers.dump import DumpError, DumpStep
 from observability.writer import RUN_INFO_KEYS, DuckDBTelemetry
-
-IMPORT_TELEMETRY = TelemetryConfig(defer_rows=0, writer_cpu_budget=0.0, writer_priority="normal")
-"""Values validated inside ``emit`` (errors raise where the step is known); no pacing."""
 
 
 @dataclass
@@ -97,16 +94,15 @@ def write_run(
                 result.unrecorded = _runs_unknown(run_info) + unrecorded_in(columns)
                 unrecorded = set(result.unrecorded)
                 info = {**run_info, "unrecorded": result.unrecorded}
-                sink = DuckDBTelemetry(
-                    staging / run_id, run_id=run_id, run_info=info, config=IMPORT_TELEMETRY
-                )
+                sink = DuckDBTelemetry(staging / run_id, run_id=run_id, run_info=info)
             else:
                 _drop_unrecorded(columns, unrecorded, step, result)
-            try:
+            try:  # flushed per step: a batch the sink rejects is reported with its step
                 for table, cols in columns.items():
                     sink.emit(table, cols)
                 sink.step_end(step.step)
-            except ValueError as e:
+                sink.flush()
+            except ValueError as e:  # RejectedBatch included
                 raise DumpError(f"{step.source}: step {step.step}: {e}") from e
             result.steps += 1
             result.samples += len(step.trajectories)

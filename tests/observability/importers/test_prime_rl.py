@@ -102,3 +102,16 @@ def test_truncated_and_bad_records_name_file_and_line(tmp_path):
     with pytest.raises(DumpError, match=r"rank_1\.jsonl:2: loss token at position 5 was not"):
         import_dump("prime-rl", src, tmp_path / "runs")
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_a_batch_the_sink_rejects_is_an_error_naming_the_step(tmp_path):
+    src = write_export(tmp_path / "out", make_steps())
+    path = src / "token_exports" / "step_2" / "rank_0.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[0])
+    record["entropy"][6] = -1.0  # entropy is >= 0: the importer passes it on, the sink refuses
+    path.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    runs = tmp_path / "runs"
+    with pytest.raises(DumpError, match=r"step_2: step 2: .*entropy"):
+        import_dump("prime-rl", src, runs)
+    assert list(runs.iterdir()) == []
