@@ -25,6 +25,7 @@ test: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: venv
 	$(BIN)/ruff format .

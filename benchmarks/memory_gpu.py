@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.config import load_config
     from core.device import Device
-    from core.telemetry import NullTelemetry
     from core.train.memory_hooks import TrainingMemory
     from core.train.session import Session
+    from observability.telemetry import NullTelemetry
 
     dev = Device.from_string("cuda")
     cfg = load_config(None, args.set)

@@ -48,10 +48,10 @@ def weight_bytes(engine, names: list[str]) -> tuple[int, int, int, int]:
 def run_mode(key: str, args) -> dict:
     from core.config import load_config
     from core.quant.sync_quantizer import quantized_names
-    from core.telemetry import NullTelemetry
     from core.train.evaluate import greedy_accuracy
     from core.train.grpo import train_step
     from core.train.session import Session
+    from observability.telemetry import NullTelemetry
 
     label, overrides = MODES[key]
     cfg = load_config(None, [*overrides, f"train.steps={args.steps}", *args.set])

@@ -1,22 +1,27 @@
-"""``closedloop``: the command line. Each subcommand maps onto one component's entry point."""
+"""The training core's commands: ``train``, ``pretrain``, ``export-hf``, ``scenario``.
+
+``register(subparsers)`` adds them to the ``closedloop`` console script (``closedloop.cli``,
+which composes every package's commands); ``python -m core.cli`` runs the core's commands alone.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 
 
-def _quiet() -> None:
+def quiet() -> None:
+    """Silence megatron's import-time warnings about CUDA-only extensions."""
+    import logging
+    import warnings
+
     warnings.filterwarnings("ignore", module="megatron")
     warnings.filterwarnings("ignore", message=".*Apex.*|.*Transformer Engine.*|.*cuda_graph.*")
-    import logging
-
     logging.getLogger("megatron").setLevel(logging.ERROR)
 
 
-def _add_train(sub) -> None:
-    p = sub.add_parser("train", help="GRPO + IcePop training run")
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``train`` options (also the ``demo`` command's training part)."""
     p.add_argument("--config", default=None, help="TOML config (default configs/grpo_tiny.toml)")
     p.add_argument("--telemetry", default="duckdb", choices=["duckdb", "none"])
     p.add_argument("--run-dir", default="runs", help="runs root: each run gets RUNS/<run_id>/")
@@ -30,7 +35,6 @@ def _add_train(sub) -> None:
         help="override a config key, e.g. --set algorithm.icepop_beta=3",
     )
     p.add_argument("--name", default="grpo", help="run name (part of the run id)")
-    p.set_defaults(func=_cmd_train)
 
 
 def _cmd_train(args) -> int:
@@ -39,35 +43,10 @@ def _cmd_train(args) -> int:
     return train_from_args(args)
 
 
-def _add_pretrain(sub) -> None:
-    p = sub.add_parser("pretrain", help="SFT the tiny base model (writes core/assets/base_model)")
-    p.add_argument("--out", default=None, help="checkpoint directory")
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument(
-        "--retrain-tokenizer",
-        action="store_true",
-        help="also rebuild core/assets/tokenizer.json from the task corpus",
-    )
-    p.set_defaults(func=_cmd_pretrain)
-
-
 def _cmd_pretrain(args) -> int:
     from core.train.driver import pretrain_from_args
 
     return pretrain_from_args(args)
-
-
-def _add_export_hf(sub) -> None:
-    p = sub.add_parser(
-        "export-hf", help="write a checkpoint as a Hugging Face directory (transformers loads it)"
-    )
-    p.add_argument("out", help="output directory")
-    p.add_argument(
-        "--checkpoint",
-        default=None,
-        help="closedloop checkpoint (or HF) directory (default: the shipped base model)",
-    )
-    p.set_defaults(func=_cmd_export_hf)
 
 
 def _cmd_export_hf(args) -> int:
@@ -82,37 +61,40 @@ def _cmd_export_hf(args) -> int:
     return 0
 
 
-def _add_demo(sub) -> None:
-    p = sub.add_parser("demo", help="the main job: a short GRPO run with telemetry, then the gate")
-    p.add_argument("--run-dir", default="runs")
+def register(sub) -> None:
+    """Add ``train``, ``pretrain``, ``export-hf`` and ``scenario`` to an argparse subparsers."""
+    from core import scenario
+
+    p = sub.add_parser("train", help="GRPO + IcePop training run")
+    add_train_arguments(p)
+    p.set_defaults(func=_cmd_train)
+    p = sub.add_parser("pretrain", help="SFT the tiny base model (writes core/assets/base_model)")
+    p.add_argument("--out", default=None, help="checkpoint directory")
     p.add_argument("--steps", type=int, default=None)
-    p.set_defaults(func=_cmd_demo)
-
-
-def _cmd_demo(args) -> int:
-    from core.train.driver import demo
-
-    return demo(args)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="closedloop", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_train(sub)
-    _add_pretrain(sub)
-    _add_demo(sub)
-    _add_export_hf(sub)
-    for module in _REGISTRARS:
-        __import__(module, fromlist=["register"]).register(sub)
-    return parser
-
-
-_REGISTRARS = ["observability.cli", "core.scenario", "contracts.cli", "dashboards.cli"]
+    p.add_argument(
+        "--retrain-tokenizer",
+        action="store_true",
+        help="also rebuild core/assets/tokenizer.json from the task corpus",
+    )
+    p.set_defaults(func=_cmd_pretrain)
+    p = sub.add_parser(
+        "export-hf", help="write a checkpoint as a Hugging Face directory (transformers loads it)"
+    )
+    p.add_argument("out", help="output directory")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="closedloop checkpoint (or HF) directory (default: the shipped base model)",
+    )
+    p.set_defaults(func=_cmd_export_hf)
+    scenario.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet()
-    args = build_parser().parse_args(argv)
+    quiet()
+    parser = argparse.ArgumentParser(prog="core.cli", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 from core.config import RunConfig
-from core.telemetry import NullTelemetry
+from observability.telemetry import NullTelemetry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,6 +68,14 @@ def open_telemetry(
 
 def write_resolved_config(run_dir: Path, cfg: RunConfig) -> None:
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def write_tokenizer(run_dir: Path, tokenizer_path: str | Path) -> Path:
+    """Copy the run's tokenizer JSON to ``RUN_DIR/tokenizer.json`` (readers decode the run's ids
+    with the tokenizer that produced them; its sha256 is the run's ``tokenizer_rev``)."""
+    out = run_dir / "tokenizer.json"
+    shutil.copyfile(tokenizer_path, out)
+    return out
 
 
 def file_logger(run_dir: Path) -> logging.Logger:

@@ -1,26 +1,60 @@
 """Decoded tokens of one sample as HTML: prompt and observation tokens dimmed, masked tokens
 outlined, action tokens shaded by |Δlogp|. Every token text is HTML-escaped (model output is
-untrusted). Tokens are decoded one by one with ``core.tokenizer.Tokenizer`` (a byte-level BPE
-token can be part of a multi-byte character; it then shows as U+FFFD).
+untrusted). Tokens are decoded one by one with the tokenizer the run recorded
+(``RUN_DIR/tokenizer.json``, whose sha256 must equal the run's ``tokenizer_rev``); a byte-level BPE
+token can be part of a multi-byte character, it then shows as U+FFFD. A missing or different
+tokenizer is reported, never silently used: the view then shows token ids.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+from tokenizers import Tokenizer
 
-from core.tokenizer.tokenizer import Tokenizer
-
-DIMMED_ROLES = ("prompt", "observation", "summary")
+DIMMED_ROLES = ("prompt", "observation", "summary", "tail")
 """Roles shown dimmed (not produced by the policy in this sample)."""
 
 
-def decode_each(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
-    """One string per token id (each unique id decoded once)."""
-    table = {i: tok.decode([i]) for i in set(int(i) for i in ids)}
+@dataclass(frozen=True)
+class RunTokenizer:
+    """The run's tokenizer, or why there is none (``warning``)."""
+
+    tokenizer: Tokenizer | None
+    warning: str | None = None
+
+
+def run_tokenizer(run_dir: str | Path, tokenizer_rev: str | None) -> RunTokenizer:
+    """Load ``RUN_DIR/tokenizer.json`` and check it against the run's recorded revision."""
+    path = Path(run_dir) / "tokenizer.json"
+    if not path.is_file():
+        return RunTokenizer(None, "the run recorded no tokenizer (tokenizer.json): ids shown")
+    raw = path.read_bytes()
+    rev = hashlib.sha256(raw).hexdigest()
+    if tokenizer_rev and rev != tokenizer_rev:
+        return RunTokenizer(
+            None,
+            f"tokenizer.json (sha256 {rev[:12]}) differs from the run's tokenizer_rev "
+            f"{tokenizer_rev[:12]}: ids shown",
+        )
+    return RunTokenizer(Tokenizer.from_str(raw.decode("utf-8")))
+
+
+def decode_each(tok, ids: Sequence[int]) -> list[str]:
+    """One string per token id (each unique id decoded once; special tokens kept). ``tok`` is a
+    ``tokenizers.Tokenizer`` (or anything with ``decode(ids, skip_special_tokens=...)``), or
+    None: then each id is shown as ``⟨id⟩``."""
+    unique = set(int(i) for i in ids)
+    if tok is None:
+        table = {i: f"⟨{i}⟩" for i in unique}
+    else:
+        table = {i: tok.decode([i], skip_special_tokens=False) for i in unique}
     return [table[int(i)] for i in ids]
 
 

@@ -12,7 +12,7 @@ import signal
 import warnings
 from typing import Any
 
-from core.telemetry import Telemetry
+from observability.telemetry import Telemetry
 
 
 def install_signal_handlers(

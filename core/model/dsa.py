@@ -195,10 +195,10 @@ def dsa_attend(
     k: torch.Tensor,
     v: torch.Tensor,
     q_pos: torch.Tensor,
+    *,
     indexer: Indexer,
     cfg: DSAConfig,
     generator: torch.Generator | None = None,
-    *,
     scale: float | None = None,
     q_chunk: int | None = None,
 ) -> tuple[torch.Tensor, TopkSelection]:

@@ -115,6 +115,7 @@ def padded_dsa_attend(
     v: torch.Tensor,
     q_idx: torch.Tensor,
     key_valid: torch.Tensor,
+    *,
     indexer: Indexer,
     cfg: DSAConfig,
     generator: torch.Generator | None = None,
@@ -190,7 +191,14 @@ class ActorDSA(nn.Module):
         if not self.warmup:
             self.generator = kernel_generator(self.generator, self.cfg, q.device, self.seed + 2)
             return padded_dsa_attend(
-                q, k, v, q_idx, key_valid, self.indexer, self.cfg, self.generator
+                q,
+                k,
+                v,
+                q_idx,
+                key_valid,
+                indexer=self.indexer,
+                cfg=self.cfg,
+                generator=self.generator,
             )
         scale = 1.0 / math.sqrt(q.shape[-1])
         scores = self.indexer.scores(q.detach(), k.detach())  # [B, T, T], grads to the indexer
@@ -259,14 +267,21 @@ class EngineDSA:
                 getattr(self.indexer, param).copy_(value)
         self._source = source
 
-    def __call__(self, q, k_all, v_all, q_pos, key_valid, q_idx):
-        del q_pos  # RoPE is applied already; selection is in the slot space
+    def __call__(self, q, k_all, v_all, *, key_valid, q_idx):
+        """q [B, Tq, Hq, D] at slots ``q_idx`` [Tq] (RoPE applied; selection in slot space)."""
         self._refresh()
         if self.indexer.wq.device != q.device:
             self.indexer.to(q.device)
         self.generator = kernel_generator(self.generator, self.cfg, q.device, self.seed)
         return padded_dsa_attend(
-            q, k_all, v_all, q_idx, key_valid, self.indexer, self.cfg, self.generator
+            q,
+            k_all,
+            v_all,
+            q_idx,
+            key_valid,
+            indexer=self.indexer,
+            cfg=self.cfg,
+            generator=self.generator,
         )
 
 

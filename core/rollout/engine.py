@@ -52,7 +52,7 @@ class RolloutEngine:
         self.dtype = PRECISIONS[precision]
         self.weights: dict[str, object] = {}
         self.policy_version = -1
-        self.dsa = dsa or {}  # layer -> callable(q, k, v, q_pos, key_valid) -> (out, selection)
+        self.dsa = dsa or {}  # layer -> callable(q, k, v, *, key_valid, q_idx) -> (out, selection)
         self.memory_hooks = None  # core.train.memory_hooks.TrainingMemory: KV caches to the ledger
         self._kv_bytes = 0  # live KV cache bytes (requests in flight)
         self._kv_peak = 0
@@ -108,10 +108,11 @@ class RolloutEngine:
             out[rows] += y * (gates * hit).sum(-1)[rows, None].to(self.dtype)
         return out.reshape(b, t, h)
 
-    def _attend(self, l, q, k_all, v_all, q_idx, q_pos, key_valid, topk) -> torch.Tensor:
-        """q [B, T, Hq, D]; k_all/v_all [B, Tk, Hkv, D]; q_idx [T] absolute slots."""
+    def _attend(self, l, q, kv, *, q_idx, key_valid, topk) -> torch.Tensor:
+        """q [B, T, Hq, D]; kv = (k_all, v_all) [B, Tk, Hkv, D]; q_idx [T] absolute slots."""
+        k_all, v_all = kv
         if l in self.dsa:
-            out, sel = self.dsa[l](q, k_all, v_all, q_pos, key_valid, q_idx)
+            out, sel = self.dsa[l](q, k_all, v_all, key_valid=key_valid, q_idx=q_idx)
             topk.setdefault(l, []).append(sel)
             return out
         rep = q.shape[2] // k_all.shape[2]
@@ -126,7 +127,7 @@ class RolloutEngine:
         out = torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v)
         return out.to(self.dtype)
 
-    def _forward(self, ids, key_valid, start: int, cache: list, routes: dict, topk: dict):
+    def _forward(self, ids, key_valid, *, start: int, cache: list, routes: dict, topk: dict):
         """ids [B, T] for slots start..start+T; key_valid [B, start+T]. Returns logits [B, T, V]."""
         cfg = self.cfg
         b, t = ids.shape
@@ -148,7 +149,7 @@ class RolloutEngine:
             cache[l][0][:, start : start + t] = k
             cache[l][1][:, start : start + t] = v
             k_all, v_all = cache[l][0][:, : start + t], cache[l][1][:, : start + t]
-            a = self._attend(l, q, k_all, v_all, q_idx, q_pos, key_valid, topk)
+            a = self._attend(l, q, (k_all, v_all), q_idx=q_idx, key_valid=key_valid, topk=topk)
             x = x + self._lin(p + "wo", a.reshape(b, t, -1))
             x = x + self._ffn(l, self._norm(p + "ffn_norm", x), routes)
         return self._lin("lm_head", self._norm("final_norm", x)).float()
@@ -231,7 +232,9 @@ class RolloutEngine:
         routes: dict = {}
         topk: dict = {}
         key_valid = prompt_valid.clone()
-        logits = self._forward(prompt_ids, key_valid, 0, cache, routes, topk)[:, -1]
+        logits = self._forward(
+            prompt_ids, key_valid, start=0, cache=cache, routes=routes, topk=topk
+        )[:, -1]
         out_ids = torch.full((b, tr), pad_id, dtype=torch.int64)
         out_lp = torch.zeros((b, tr), dtype=torch.float32)
         mask = torch.zeros((b, tr), dtype=torch.bool)
@@ -246,9 +249,14 @@ class RolloutEngine:
             if bool(done.all()) or s == tr - 1:
                 break
             key_valid = torch.cat([key_valid, alive[:, None]], dim=1)
-            logits = self._forward(out_ids[:, s : s + 1], key_valid, tp + s, cache, routes, topk)[
-                :, -1
-            ]
+            logits = self._forward(
+                out_ids[:, s : s + 1],
+                key_valid,
+                start=tp + s,
+                cache=cache,
+                routes=routes,
+                topk=topk,
+            )[:, -1]
         return RolloutBatch(
             prompt_ids,
             prompt_valid,
@@ -290,7 +298,7 @@ class RolloutEngine:
             )
         cache = self._new_cache(ids.shape[0], ids.shape[1])
         try:
-            return self._forward(ids, valid, 0, cache, {}, {})
+            return self._forward(ids, valid, start=0, cache=cache, routes={}, topk={})
         finally:
             self._release_cache(cache)
 

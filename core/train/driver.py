@@ -7,7 +7,13 @@ import time
 from pathlib import Path
 
 from core.config import ConfigError, RunConfig, load_config
-from core.run import file_logger, new_run_dir, open_telemetry, write_resolved_config
+from core.run import (
+    file_logger,
+    new_run_dir,
+    open_telemetry,
+    write_resolved_config,
+    write_tokenizer,
+)
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
 from core.tokenizer.tokenizer import Tokenizer
 
@@ -36,6 +42,7 @@ def run_training(
     tok = Tokenizer.load()
     run_dir = new_run_dir(runs_root, name)
     write_resolved_config(run_dir, cfg)
+    write_tokenizer(run_dir, tok.path)
     log = file_logger(run_dir)
     sink = open_telemetry(
         telemetry,
@@ -163,28 +170,3 @@ def pretrain_from_args(args) -> int:
 
 
 PRETRAIN_STEPS = 1500
-
-
-def demo(args) -> int:
-    cfg = resolve_config(None, [], steps=args.steps)
-    run_dir, summary = run_training(cfg, runs_root=args.run_dir, telemetry="duckdb", name="demo")
-    print_summary(run_dir, summary)
-    print("\nmean |train_logp - rollout_logp| per step (DuckDB over the run's telemetry):")
-    from observability import open_run
-
-    con = open_run(run_dir)
-    rows = con.execute(
-        "SELECT step, avg(abs(train_logp - rollout_logp)) AS mismatch, count(*) AS n "
-        "FROM tokens WHERE role = 'action' GROUP BY step ORDER BY step"
-    ).fetchall()
-    for step, mismatch, n in rows[:5] + ([("...", None, None)] if len(rows) > 5 else []):
-        print(f"  step {step}: {mismatch:.3e} over {n} tokens" if n else "  ...")
-    print(f"\ngate: closedloop gate {run_dir}")
-    from contracts import run_gate
-    from contracts.report import format_table
-
-    gate = run_gate(run_dir)
-    print(format_table(gate))
-    rc = gate.exit_code
-    print(f"\nopen the dashboard: closedloop dashboard {args.run_dir}  (or: make dashboard)")
-    return rc

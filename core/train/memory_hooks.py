@@ -47,6 +47,8 @@ class TrainingMemory:
     ) -> None:
         self.actor = actor
         self.optimizer = optimizer
+        # trainable models by ledger owner: (module, optimizer, optimizer states seen)
+        self._models: dict[str, list] = {"actor": [actor, optimizer, 0]}
         self.telemetry = telemetry
         self.ledger = MemoryLedger(rank, str(next(actor.parameters()).device))
         self._acts: SavedActivations | None = None
@@ -59,7 +61,6 @@ class TrainingMemory:
         self._engine_weights: dict[Key, str] = {}
         self._kv_ids = itertools.count()
         self._resyncs = itertools.count(1)
-        self._n_states = 0  # optimizer state entries seen by optimizer_stepped
         track_model_state(self.ledger, actor, optimizer, owner="actor")
         if engine is not None:
             engine.memory_hooks = self
@@ -94,7 +95,7 @@ class TrainingMemory:
             producer="actor.forward",
             consumer="actor.backward",
             exclude=[
-                *self.actor.parameters(),
+                *(p for module, _, _ in self._models.values() for p in module.parameters()),
                 *(t for ts, _ in self._step_io.values() for t in ts),
             ],
         )
@@ -135,18 +136,30 @@ class TrainingMemory:
     def backward_done(self) -> None:
         """Last step's gradients went at ``zero_grad``, backward freed the activations and made
         this step's gradients: recorded in that order, so no instant counts both."""
-        free_gradients(self.ledger, self.actor, owner="actor")
+        for owner, (module, _, _) in self._models.items():
+            free_gradients(self.ledger, module, owner=owner)
         if self._acts is not None:
             self._acts.free()
             self._acts = None
-        track_model_state(self.ledger, self.actor, self.optimizer, owner="actor")
+        for owner, (module, optimizer, _) in self._models.items():
+            track_model_state(self.ledger, module, optimizer, owner=owner)
 
     def optimizer_stepped(self) -> None:
         """Track optimizer states created by the step (AdamW creates them on the first step)."""
-        n_states = sum(len(state) for state in self.optimizer.state.values())
-        if n_states != self._n_states:  # skip the walk over every parameter once nothing is new
-            track_model_state(self.ledger, self.actor, self.optimizer, owner="actor")
-            self._n_states = n_states
+        for owner, entry in self._models.items():
+            module, optimizer, seen = entry
+            n_states = sum(len(state) for state in optimizer.state.values())
+            if n_states != seen:  # skip the walk over every parameter once nothing is new
+                track_model_state(self.ledger, module, optimizer, owner=owner)
+                entry[2] = n_states
+
+    def add_model(self, owner: str, module: torch.nn.Module, optimizer) -> None:
+        """Track another trainable model (a critic, ...) as its own ledger owner: its weights,
+        gradients and optimizer states are never counted as the actor's."""
+        if owner in self._models:
+            raise ValueError(f"memory ledger already tracks a model owned by {owner!r}")
+        self._models[owner] = [module, optimizer, 0]
+        track_model_state(self.ledger, module, optimizer, owner=owner)
 
     def end_step(self, step: int) -> Peak:
         """Free the step's live IO, write events and ``step``'s peak to telemetry; return the peak."""
@@ -154,6 +167,10 @@ class TrainingMemory:
             self.ledger.free(name)
         self._step_io.clear()
         return self.ledger.flush_to(self.telemetry, step)
+
+    def live_owner_bytes(self) -> dict[str, int]:
+        """Live tracked bytes by owner (model owners, rollout, trainer, weight sync)."""
+        return {k: v for k, v in self.ledger.live_by_owner().items() if v}
 
     def peak_bytes(self, step: int) -> int | None:
         """Tracked bytes at ``step``'s peak instant (``steps.peak_memory_bytes``); None if unseen."""

@@ -129,6 +129,8 @@ class Session:
             engine=self.engine,
             weight_sync=self.weight_sync,
         )
+        for model in self.models.trainable()[1:]:  # the actor is tracked above
+            self.memory.add_model(model.name, model.module, model.optimizer)
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
         self.version = 0
         self.ids = IdCounter()

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.tokenizer.tokenizer import Tokenizer
 from dashboards import charts, queries, ui
-from dashboards.tokentext import decode_each, token_html
+from dashboards.tokentext import RunTokenizer, decode_each, run_tokenizer, token_html
 
 
 @st.cache_resource(show_spinner=False)
-def tokenizer() -> Tokenizer:
-    return Tokenizer.load()
+def tokenizer(run_dir: str, tokenizer_rev: str | None) -> RunTokenizer:
+    return run_tokenizer(run_dir, tokenizer_rev)
 
 
 def body(runs) -> None:
     names = [r.name for r in runs]
     name = st.selectbox("run", names, key="tv_run") if len(runs) > 1 else names[0]
-    handle = ui.handle(str(next(r for r in runs if r.name == name).path))
+    run_dir = str(next(r for r in runs if r.name == name).path)
+    handle = ui.handle(run_dir)
     steps = handle.query(queries.token_steps)
     if not steps:
         ui.no_data("samples with per-token rows")
@@ -45,7 +45,12 @@ def body(runs) -> None:
     if tokens.empty:
         ui.no_data("token rows for this sample")
         return
-    texts = decode_each(tokenizer(), tokens["token_id"].tolist())
+    info = handle.query(queries.run_info)
+    rev = None if info.empty else info["tokenizer_rev"].iloc[0]
+    tok = tokenizer(run_dir, rev if isinstance(rev, str) else None)
+    if tok.warning:
+        st.warning(tok.warning)
+    texts = decode_each(tok.tokenizer, tokens["token_id"].tolist())
     ui.chart(charts.token_strips(tokens, texts), "tv_strips")
     st.markdown(token_html(tokens, texts), unsafe_allow_html=True)
     st.caption("dimmed: prompt / observation tokens · shaded: |Δlogp| · outlined: masked")

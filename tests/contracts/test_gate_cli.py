@@ -11,9 +11,9 @@ import xml.etree.ElementTree as ET
 import polars as pl
 import pytest
 
+from closedloop.cli import main
 from contracts import registry, run_gate
 from contracts.report import format_table
-from core.cli import main
 from observability.parts import list_parts
 from tests.contracts.store_edit import copy_run, edit_rows, query
 
@@ -63,7 +63,7 @@ def test_clean_run_exits_0_with_junit_markdown_and_recorded_results(run, tmp_pat
 def test_violation_exits_1_through_the_installed_cli(stale_run, tmp_path):
     junit = tmp_path / "gate.xml"
     proc = subprocess.run(
-        [sys.executable, "-m", "core.cli", "gate", str(stale_run), "--junit", str(junit)],
+        [sys.executable, "-m", "closedloop.cli", "gate", str(stale_run), "--junit", str(junit)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,10 +1,10 @@
 """Test helpers: a Session on the shipped base model and a real rollout of it (no loop state)."""
 
 from core.config import load_config
-from core.telemetry import NullTelemetry
 from core.train.grpo import collect_step
 from core.train.score import trainer_inputs
 from core.train.session import Session
+from observability.telemetry import NullTelemetry
 
 SMALL = ["algorithm.prompts_per_step=4", "algorithm.group_size=4"]
 

@@ -22,7 +22,7 @@ from dashboards.browser import Chromium, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
-CLOSEDLOOP = [sys.executable, "-m", "core.cli"]
+CLOSEDLOOP = [sys.executable, "-m", "closedloop.cli"]
 TRAIN_SET = (
     "algorithm.prompts_per_step=4",
     "algorithm.group_size=4",

@@ -9,7 +9,7 @@ import pytest
 
 from core.tokenizer.tokenizer import Tokenizer
 from dashboards import charts
-from dashboards.tokentext import decode_each, token_html
+from dashboards.tokentext import decode_each, run_tokenizer, token_html
 
 
 def two_runs() -> pd.DataFrame:
@@ -101,7 +101,19 @@ def test_token_strips_and_html_escape():
     assert html.count("outline:2px") == 1  # the masked action token is outlined
 
 
-def test_decode_each_round_trips():
+def test_decode_each_round_trips_with_the_runs_tokenizer(tmp_path):
     tok = Tokenizer.load()
+    (tmp_path / "tokenizer.json").write_bytes(tok.path.read_bytes())
+    run_tok = run_tokenizer(tmp_path, tok.revision)
+    assert run_tok.warning is None
     ids = tok.encode("<|user|>12+7=19")
-    assert "".join(decode_each(tok, ids)) == tok.decode(ids)
+    assert "".join(decode_each(run_tok.tokenizer, ids)) == tok.decode(ids)
+
+
+def test_missing_or_different_tokenizer_is_a_warning_and_ids_are_shown(tmp_path):
+    missing = run_tokenizer(tmp_path, "ab" * 32)
+    assert missing.tokenizer is None and "no tokenizer" in missing.warning
+    (tmp_path / "tokenizer.json").write_bytes(Tokenizer.load().path.read_bytes())
+    other = run_tokenizer(tmp_path, "ab" * 32)
+    assert other.tokenizer is None and "differs from the run's tokenizer_rev" in other.warning
+    assert decode_each(None, [7, 3, 7]) == ["⟨7⟩", "⟨3⟩", "⟨7⟩"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.cli import build_parser
+from closedloop.cli import build_parser
 from dashboards import cli
 
 

@@ -18,8 +18,8 @@ from core.memory.categories import CATEGORIES
 from core.memory.checks import lifecycle_violations, replay_peaks
 from core.memory.footprint import distinct_bytes
 from core.memory.peak import ALLOCATOR_LINE, NOT_MEASURED_OWNER, UNTRACKED_LINE
-from core.telemetry import NullTelemetry
 from core.train.memory_hooks import TrainingMemory
+from observability.telemetry import NullTelemetry
 
 # --------------------------------------------------------------------------- unit: the hooks
 
@@ -301,3 +301,22 @@ def test_peaks_in_telemetry_sum_to_the_step_peak(trained):
         assert rows[UNTRACKED_LINE] is not None  # process RSS - tracked, its own line
         assert rows[("operator_workspace", NOT_MEASURED_OWNER)] is None
         assert tracked[("model_state", "actor")] > 0 and tracked[("model_state", "rollout")] > 0
+
+
+def test_a_second_trainable_model_is_its_own_owner():
+    """A critic's weights, gradients and AdamW states are owned by ``critic``, never ``actor``."""
+    mem, actor = small_memory()
+    critic = nn.Linear(4, 1, bias=False)  # one float32 [1, 4] weight: 16 bytes
+    opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+    mem.add_model("critic", critic, opt)
+    assert mem.live_owner_bytes() == {"actor": 32, "critic": 16}
+    x = torch.ones(3, 4)
+    (actor(x).sum() + critic(x).sum()).backward()
+    mem.backward_done()
+    opt.step()
+    mem.optimizer_stepped()
+    # grads: actor 32, critic 16; AdamW: critic exp_avg + exp_avg_sq 32 (+ step scalar 4)
+    owned = mem.live_owner_bytes()
+    assert owned["actor"] == 64 and owned["critic"] == 16 + 16 + 32 + 4
+    with pytest.raises(ValueError, match="already tracks"):
+        mem.add_model("critic", critic, opt)

@@ -90,10 +90,10 @@ def test_incremental_selection_equals_full_sequence_at_every_position():
     cfg = DSAConfig(topk=5)
     ix = make_indexer(cfg)
     q, k, v = make_qkv(2)
-    out, sel = dsa_attend(q, k, v, torch.arange(T), ix, cfg)
+    out, sel = dsa_attend(q, k, v, torch.arange(T), indexer=ix, cfg=cfg)
     for t in range(T):  # decode: one query, keys 0..t from the cache
         o_t, s_t = dsa_attend(
-            q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1], torch.tensor([t]), ix, cfg
+            q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1], torch.tensor([t]), indexer=ix, cfg=cfg
         )
         assert all(torch.equal(a[:, t : t + 1], b) for a, b in zip(sel, s_t)), t
         torch.testing.assert_close(o_t, out[:, t : t + 1], atol=1e-6, rtol=1e-5)
@@ -101,7 +101,7 @@ def test_incremental_selection_equals_full_sequence_at_every_position():
     for start in range(10, T, 3):
         end = min(start + 3, T)
         _, s_c = dsa_attend(
-            q[:, start:end], k[:, :end], v[:, :end], torch.arange(start, end), ix, cfg
+            q[:, start:end], k[:, :end], v[:, :end], torch.arange(start, end), indexer=ix, cfg=cfg
         )
         assert all(torch.equal(a[:, start:end], b) for a, b in zip(sel, s_c)), start
     assert (sel.boundary_ties > 0).any()  # ReLU zeros make ties: the tie rule was exercised
@@ -122,7 +122,7 @@ def dense_causal_sdpa(q, k, v):
 def test_dense_attention_recovered_when_k_covers_the_sequence(topk):
     cfg = DSAConfig(topk=topk)
     q, k, v = make_qkv(3)
-    out, sel = dsa_attend(q, k, v, torch.arange(T), make_indexer(cfg), cfg)
+    out, sel = dsa_attend(q, k, v, torch.arange(T), indexer=make_indexer(cfg), cfg=cfg)
     assert torch.equal(sel.valid.sum(-1), (torch.arange(T) + 1).expand(B, T))  # every causal key
     # same math, only the float32 reduction order differs: errors ~1e-7 for unit-scale inputs
     torch.testing.assert_close(out, dense_causal_sdpa(q, k, v), atol=2e-6, rtol=0)
@@ -148,9 +148,13 @@ def test_bf16_inputs_keep_dtype_and_selection():
     cfg = DSAConfig(topk=6)
     ix = make_indexer(cfg)
     q, k, v = make_qkv(5)
-    out, sel = dsa_attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), torch.arange(T), ix, cfg)
+    out, sel = dsa_attend(
+        q.bfloat16(), k.bfloat16(), v.bfloat16(), torch.arange(T), indexer=ix, cfg=cfg
+    )
     assert out.dtype == torch.bfloat16
-    _, sel32 = dsa_attend(q.bfloat16().float(), k.bfloat16().float(), v, torch.arange(T), ix, cfg)
+    _, sel32 = dsa_attend(
+        q.bfloat16().float(), k.bfloat16().float(), v, torch.arange(T), indexer=ix, cfg=cfg
+    )
     assert torch.equal(sel.indices, sel32.indices)  # indexer casts exactly, so same selection
 
 
@@ -159,11 +163,19 @@ def test_nondeterministic_mode_seeded():
     ix = make_indexer(cfg)
     q, k, v = make_qkv(6)
     runs = [
-        dsa_attend(q, k, v, torch.arange(T), ix, cfg, torch.Generator().manual_seed(s))[1].indices
+        dsa_attend(
+            q,
+            k,
+            v,
+            torch.arange(T),
+            indexer=ix,
+            cfg=cfg,
+            generator=torch.Generator().manual_seed(s),
+        )[1].indices
         for s in (1, 1, 2)
     ]
     det_cfg = DSAConfig(topk=3)
-    det = dsa_attend(q, k, v, torch.arange(T), ix, det_cfg)[1].indices
+    det = dsa_attend(q, k, v, torch.arange(T), indexer=ix, cfg=det_cfg)[1].indices
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])
     assert not torch.equal(runs[0], det)
@@ -177,7 +189,7 @@ def test_gradients_reach_qkv_and_the_indexer_only_when_trainable(trainable):
     cfg = DSAConfig(topk=4, trainable=trainable)
     ix = make_indexer(cfg)
     q, k, v = (x.requires_grad_() for x in make_qkv(7))
-    out, sel = dsa_attend(q, k, v, torch.arange(T), ix, cfg)
+    out, sel = dsa_attend(q, k, v, torch.arange(T), indexer=ix, cfg=cfg)
     aux, metrics = indexer_kl_loss(
         ix.scores(q.detach(), k.detach()), q, k, torch.arange(T), scale=D**-0.5, sel=sel
     )

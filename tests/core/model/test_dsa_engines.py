@@ -98,8 +98,8 @@ class _Record:
     def __init__(self, hook, out):
         self.hook, self.out = hook, out
 
-    def __call__(self, *args):
-        result = self.hook(*args)
+    def __call__(self, *args, **kwargs):
+        result = self.hook(*args, **kwargs)
         self.out.append(result[1])
         return result
 

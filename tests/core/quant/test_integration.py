@@ -23,10 +23,10 @@ from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine
 from core.scenario import load_scenario, scenario_config
 from core.sync.weight_sync import WeightSync, payload_checksum
-from core.telemetry import NullTelemetry
 from core.train.grpo import train_step
 from core.train.session import Session
 from observability import open_run
+from observability.telemetry import NullTelemetry
 from tests.conftest import make_run
 
 SMALL = ["algorithm.prompts_per_step=2", "algorithm.group_size=4", "train.eval_size=16"]

@@ -16,7 +16,7 @@ def _pad(values, k=32, fill=0.0):
     return [float(v) for v in values] + [float(fill)] * (k - len(values))
 
 
-def _check(spec_name, rows, codes, scales, deq, zeros=None, **changes):
+def _check(spec_name, rows, codes, scales, deq, *, zeros=None, **changes):
     """Quantize ``rows`` and compare codes, scales, zeros and dequantized values exactly."""
     spec = get_preset(spec_name).replace(**changes) if changes else get_preset(spec_name)
     qt = quantize(torch.tensor(rows, dtype=torch.float32), spec)

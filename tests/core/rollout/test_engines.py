@@ -16,8 +16,8 @@ from core.model.config import ModelConfig
 from core.rollout.engine import RolloutEngine
 from core.rollout.sampling import SamplingParams
 from core.sync.convert import actor_to_rollout
-from core.telemetry import NullTelemetry
 from core.train.session import Session
+from observability.telemetry import NullTelemetry
 from tests.core.rollouts import rollout
 
 

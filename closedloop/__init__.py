@@ -1,0 +1,1 @@
+"""The ``closedloop`` console script: the one place that composes core, contracts and dashboards."""
