@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from core.cli import build_parser
+from closedloop.cli import build_parser
 from observability.importers import IMPORTERS, DumpError, import_dump, reader
 
 

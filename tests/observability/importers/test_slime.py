@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.cli import main
+from closedloop.cli import main
 from observability import open_run
 from observability.importers import DumpError, import_dump
 from tests.observability.importers.episodes import RETOKENIZED_POS, VOCAB, make_steps
