@@ -56,40 +56,18 @@ def train_step(s: Session, step: int) -> dict:
     cfg, alg = s.cfg, s.cfg.algorithm
     t0 = time.perf_counter()
     s.memory.begin_step(step)  # memory ledger (core.train.memory_hooks): the step's peak window
-    traj = collect_step(s, step)
+    traj = collect_step(s, step)  # rollout: exact ids, rollout log-probs, versions
     t_rollout = time.perf_counter() - t0
     v_train = s.version
     staleness = traj.staleness(v_train)  # [B]
-    traj.drop(staleness > alg.staleness_limit, "stale")
-    trainer_inputs(traj, tok=s.tok, retokenize=cfg.train.retokenize)
-    replay, temp = cfg.train.routing_replay, cfg.rollout.temperature
-    s.actor.train()
-    separate = None
-    if alg.old_logp == "separate":
-        separate = old_logp_pass(s.actor, traj, temperature=temp, replay=replay)
-    s.memory.forward_begin({"ids": traj.train_ids, "valid": traj.train_valid})
-    fwd = actor_forward(s.actor, traj, temperature=temp, replay=replay)
-    sparse = capture_sparse(s.actor, traj)  # DSA/MoE records (None if dense), before the probe
-    traj.old_logp = {"rollout": traj.rollout_logp, "separate": separate}.get(alg.old_logp)
-    actions = traj.targets(traj.generated & traj.train_valid)  # [B, T-1]
-    traj.advantages, adv_m = grpo_token_advantages(
+    traj.drop(staleness > alg.staleness_limit, "stale")  # τ, per sample
+    fwd, sparse = score(s, traj)  # π_train (with grad), π_old; train/rollout sparse records
+    traj.advantages, adv_m = grpo_token_advantages(  # Â_i broadcast to its tokens
         traj.reward, traj.generated, group_size=alg.group_size, eps=alg.adv_eps
     )
-    trusted, reason = trust(traj, actions, alg)
-    old = traj.targets(traj.old_logp if traj.old_logp is not None else traj.train_logp)
-    terms = {
-        "policy": policy_loss(  # clip (GRPO) or is (the seed's async update: −sg(ρ)·Â·logp)
-            fwd.logp,
-            old,
-            traj.targets(traj.advantages),
-            trusted,
-            kind=alg.policy_loss,
-            eps_low=alg.eps_low,
-            eps_high=alg.eps_high,
-            agg_mode=alg.loss_agg_mode,
-            denominator=actions.sum(),
-        )
-    }
+    actions = traj.targets(traj.generated & traj.train_valid)  # [B, T-1]
+    trusted, reason = trust(traj, actions, alg)  # icepop | dis | none, drops
+    terms = {"policy": policy_term(fwd.logp, traj, trusted, actions=actions, alg=alg)}
     s.memory.forward_end(fwd.logits, sparse=sparse)  # these stay alive for the step
     skip = None if bool(trusted.any()) else _skip_reason(traj)
     update = optimizer_step(s.models.actor, terms, memory=s.memory, skip_reason=skip)
@@ -97,9 +75,8 @@ def train_step(s: Session, step: int) -> dict:
         s.version += 1
     t_train = time.perf_counter() - t0 - t_rollout
     if update.stepped and s.version % cfg.rollout.sync_every == 0:
-        s.sync()
+        s.sync()  # gather → reshard → [quantize] → send → switch → ack, probe
     s.memory.end_step(step)  # frees the step's live IO; memory_events / memory_peaks rows
-
     metrics = step_metrics(traj, actions=actions, trusted=trusted, reason=reason, update=update)
     metrics.update(
         step=step,
@@ -114,9 +91,52 @@ def train_step(s: Session, step: int) -> dict:
         step_time_s=time.perf_counter() - t0,
         lr=cfg.optim.lr,
         peak_memory_bytes=s.peak_memory(step),
+        **(sparse.metrics() if sparse is not None else {}),  # topk / route agreement
     )
-    if sparse is not None:
-        metrics.update(sparse.metrics())  # topk_agreement / route_agreement
+    record_step(s, traj, step=step, reason=reason, v_train=v_train, metrics=metrics, sparse=sparse)
+    return metrics
+
+
+def score(s: Session, traj: Trajectories):
+    """The actor's scores on the exact ids: π_old (its own pass when ``old_logp = "separate"``),
+    then the training forward with grad; returns (ActorForward, SparseStep or None)."""
+    cfg, alg = s.cfg, s.cfg.algorithm
+    trainer_inputs(traj, tok=s.tok, retokenize=cfg.train.retokenize)
+    replay, temp = cfg.train.routing_replay, cfg.rollout.temperature
+    s.actor.train()
+    separate = None
+    if alg.old_logp == "separate":
+        separate = old_logp_pass(s.actor, traj, temperature=temp, replay=replay)
+    s.memory.forward_begin({"ids": traj.train_ids, "valid": traj.train_valid})
+    fwd = actor_forward(s.actor, traj, temperature=temp, replay=replay)
+    sparse = capture_sparse(s.actor, traj)  # DSA/MoE records (None if dense), before the probe
+    traj.old_logp = {"rollout": traj.rollout_logp, "separate": separate}.get(alg.old_logp)
+    return fwd, sparse
+
+
+def policy_term(logp, traj: Trajectories, trusted, *, actions, alg) -> tuple[torch.Tensor, dict]:
+    """The policy-gradient loss term: clip (GRPO) or is (the seed's async update −sg(ρ)·Â·logp)
+    over the trusted tokens, normalised over the batch's action tokens.
+
+    Args:
+        logp: [B, T-1] π_θ with grad; trusted, actions: [B, T-1] bool.
+    """
+    old = traj.old_logp if traj.old_logp is not None else traj.train_logp  # π_old, token-aligned
+    return policy_loss(
+        logp,
+        traj.targets(old),
+        traj.targets(traj.advantages),
+        trusted,
+        kind=alg.policy_loss,
+        eps_low=alg.eps_low,
+        eps_high=alg.eps_high,
+        agg_mode=alg.loss_agg_mode,
+        denominator=actions.sum(),
+    )
+
+
+def record_step(s: Session, traj: Trajectories, *, step, reason, v_train, metrics, sparse) -> None:
+    """Emit every table's rows of the step (built in one place), then mark the step's end."""
     tables = step_records(
         traj,
         step=step,
@@ -129,7 +149,6 @@ def train_step(s: Session, step: int) -> dict:
     for table, columns in tables.items():
         s.telemetry.emit(table, columns)
     s.telemetry.step_end(step)
-    return metrics
 
 
 def trust(traj: Trajectories, actions: torch.Tensor, alg) -> tuple[torch.Tensor, torch.Tensor]:
