@@ -1,4 +1,5 @@
-"""The actor: a megatron-core ``GPTModel`` built from a layer spec, on the CPU (gloo, world size 1).
+"""The actor: a megatron-core ``GPTModel`` built from a layer spec, on the CPU (gloo, world size 1;
+or tensor-parallel ranks under torchrun, ``core.parallel``, through megatron's own parallel layers).
 
 megatron's local spec with RMSNorm, GQA and SwiGLU (and, per ``ModelConfig``, megatron's own
 q/k/v bias ``add_qkv_bias``, per-head q/k RMSNorm ``qk_layernorm`` with the spec's
@@ -37,8 +38,10 @@ def init_distributed() -> None:
         parallel_state.initialize_model_parallel()
 
 
-def transformer_config(cfg: ModelConfig) -> TransformerConfig:
+def transformer_config(cfg: ModelConfig, *, tp_size: int = 1) -> TransformerConfig:
+    """megatron's ``TransformerConfig`` for ``cfg`` (CPU init, fp32, no fusions, no dropout)."""
     tc = TransformerConfig(
+        tensor_model_parallel_size=tp_size,
         num_layers=cfg.num_layers,
         hidden_size=cfg.hidden_size,
         num_attention_heads=cfg.num_heads,
@@ -109,8 +112,14 @@ class Actor(nn.Module):
         init_distributed()
         torch.manual_seed(seed)
         self.cfg = cfg
+        self.tp_size = parallel_state.get_tensor_model_parallel_world_size()
+        if self.tp_size > 1 and (cfg.moe_layers or cfg.dsa_topk):
+            raise ValueError(
+                "tensor parallelism covers dense attention and FFN only: model.moe_layers and "
+                "model.dsa_topk must be empty / 0"
+            )
         self.gpt = GPTModel(
-            config=transformer_config(cfg),
+            config=transformer_config(cfg, tp_size=self.tp_size),
             transformer_layer_spec=layer_specs(cfg, linear_overrides),
             vocab_size=cfg.vocab_size,
             max_sequence_length=cfg.max_seq_len,
@@ -136,13 +145,18 @@ class Actor(nn.Module):
         }
 
     def logits(self, input_ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """input_ids [B, T] int64, valid [B, T] bool -> logits [B, T, V] fp32."""
+        """input_ids [B, T] int64, valid [B, T] bool -> logits [B, T, V] fp32.
+
+        Under tensor parallelism (megatron initialized with TP > 1) this rank's vocabulary
+        shard [B, T, V / TP] (megatron's ``parallel_output``); ``core.parallel.logprobs`` reduces
+        it with megatron's vocab-parallel cross-entropy."""
         pad_mask = ~valid[:, None, None, :]  # [B, 1, 1, T], True = masked (megatron convention)
         pos = torch.zeros_like(input_ids)  # unused: no position embedding in megatron
         return self.gpt(input_ids, pos, pad_mask).float()
 
     def named_weights(self) -> dict[str, torch.Tensor]:
-        """Weights by megatron name, without megatron's ``_extra_state`` entries."""
+        """Weights by megatron name, without megatron's ``_extra_state`` entries (this rank's
+        shards under tensor parallelism: ``core.parallel.shard`` gathers them)."""
         return {k: v for k, v in self.gpt.state_dict().items() if not k.endswith("_extra_state")}
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
