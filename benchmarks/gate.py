@@ -3,9 +3,8 @@
 Sections (each in a fresh subprocess, so peak RSS is the section's own):
 ``gate``: ``run_gate`` over the whole run (schemas + every check), wall time and peak RSS
 (goals: <= 5 s on 2 cores, <= 2 GB). ``validate``: the streamed polars/pandera validation of
-``tokens`` vs one DuckDB SQL pass over the same parts counting the same predicates (derived from
-the same ``ColumnSpec``s; goal >= 0.5x its rows/s) vs pandera's pandas backend on the first
-``--pandas-rows`` rows (Arrow -> pandas conversion timed separately).
+``tokens`` vs one DuckDB SQL pass over the same parts counting the same rules
+(``observability.rules``, rendered as SQL; goal >= 0.5x its rows/s).
 Usage: ``python benchmarks/gate.py [--tokens 10_000_000] [--dir DIR] [--keep]``.
 """
 
@@ -95,10 +94,8 @@ def step_columns(step: int, rng: np.random.Generator) -> dict[str, dict]:
     return {"tokens": tokens, "samples": samples, "steps": steps, "weight_syncs": syncs}
 
 
-def _on(x: np.ndarray, mask: np.ndarray):
-    import pyarrow as pa
-
-    return pa.array(x, mask=~mask)  # null where the token is no action
+def _on(x: np.ndarray, mask: np.ndarray) -> np.ma.MaskedArray:
+    return np.ma.MaskedArray(x, mask=~mask)  # null where the token is no action
 
 
 def write_run(run_dir: Path, n_tokens: int) -> float:
@@ -157,31 +154,15 @@ def section_gate(run_dir: Path) -> dict:
 
 
 def _sql_predicates(vocab: int) -> list[str]:
-    """The tokens model's rules as SQL violation predicates (same ColumnSpecs)."""
-    import pyarrow as pa
+    """The tokens table's column rules as SQL violation predicates (``observability.rules``: the
+    same rules the pandera models and the writer apply)."""
+    from observability.rules import table_rules
 
-    from observability.schema import table_spec
-
-    preds = []
-    for c in table_spec("tokens").columns:
-        name = f'"{c.name}"'
-        if not c.nullable:
-            preds.append(f"{name} IS NULL")
-        if c.enum is not None:
-            preds.append(f"{name} NOT IN ({', '.join(repr(v) for v in c.enum)})")
-        bounds = [f"{name} < {c.min}"] if c.min is not None else []
-        bounds += [f"{name} > {c.max}"] if c.max is not None else []
-        bounds += [f"{name} >= {vocab}"] if c.below_vocab else []
-        floating = pa.types.is_floating(c.type)
-        preds += [f"({b} AND NOT isnan({name}))" if floating else b for b in bounds]
-        if c.finite:
-            preds.append(f"NOT isfinite({name})")
-    return preds
+    return [r.violation_sql() for r in table_rules("tokens", vocab)]
 
 
-def section_validate(run_dir: Path, pandas_rows: int) -> dict:
+def section_validate(run_dir: Path) -> dict:
     import duckdb
-    import pyarrow.parquet as pq
 
     from contracts.validate import validate_table
     from observability.compact import good_parts, parquet_scan
@@ -202,52 +183,8 @@ def section_validate(run_dir: Path, pandas_rows: int) -> dict:
     counts = con.execute(sql).fetchall()[0]
     out["duckdb_s"], out["duckdb_cpu_s"] = time.perf_counter() - t0, _cpu_s() - c0
     out["duckdb_predicates"], out["duckdb_violations"] = len(preds), sum(counts[1:])
-
-    import pandera.pandas as ppd
-
-    from contracts.schemas import polars_dtype  # noqa: F401  (same spec source)
-
-    schema = _pandas_schema(ppd)
-    t0, chunks, n = time.perf_counter(), [], 0
-    for path in parts:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1 << 20):
-            chunks.append(batch)
-            n += batch.num_rows
-            if n >= pandas_rows:
-                break
-        if n >= pandas_rows:
-            break
-    import pyarrow as pa
-
-    df = pa.Table.from_batches(chunks).to_pandas()
-    out["pandas_fetch_s"] = time.perf_counter() - t0
-    t0, c0 = time.perf_counter(), _cpu_s()
-    schema.validate(df, lazy=True)
-    out["pandas_s"], out["pandas_cpu_s"] = time.perf_counter() - t0, _cpu_s() - c0
-    out["pandas_rows"] = len(df)
     out["peak_mb"] = _peak_mb()
     return out
-
-
-def _pandas_schema(ppd):
-    """pandera pandas schema with the same per-column rules as the polars model."""
-    from observability.schema import table_spec
-
-    columns = {}
-    for c in table_spec("tokens").columns:
-        checks = []
-        if c.enum is not None:
-            checks.append(ppd.Check.isin(list(c.enum)))
-        if c.min is not None:
-            checks.append(ppd.Check.ge(c.min))
-        if c.max is not None:
-            checks.append(ppd.Check.le(c.max))
-        if c.below_vocab:
-            checks.append(ppd.Check.lt(VOCAB))
-        if c.finite:
-            checks.append(ppd.Check(lambda s: np.isfinite(s), name="finite"))
-        columns[c.name] = ppd.Column(nullable=c.nullable, checks=checks)
-    return ppd.DataFrameSchema(columns, strict=True)
 
 
 def _subprocess(section: str, run_dir: Path, args) -> dict:
@@ -258,8 +195,6 @@ def _subprocess(section: str, run_dir: Path, args) -> dict:
         section,
         "--dir",
         str(run_dir),
-        "--pandas-rows",
-        str(args.pandas_rows),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -270,14 +205,11 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=10_000_000)
     p.add_argument("--dir", default=None, help="run directory (reused if it exists)")
     p.add_argument("--keep", action="store_true", help="keep the synthetic run")
-    p.add_argument("--pandas-rows", type=int, default=2_000_000)
     p.add_argument("--section", choices=["gate", "validate"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.section:
         run = Path(args.dir)
-        result = (
-            section_gate(run) if args.section == "gate" else section_validate(run, args.pandas_rows)
-        )
+        result = section_gate(run) if args.section == "gate" else section_validate(run)
         print(json.dumps(result))
         return
     root = Path(tempfile.mkdtemp(prefix="gate-bench-")) if args.dir is None else None
@@ -292,7 +224,7 @@ def main() -> None:
         f"{g['counts']}\n  slowest checks: {g['slowest']}"
     )
     v = _subprocess("validate", run, args)
-    rows, n_pd = v["rows"], v["pandas_rows"]
+    rows = v["rows"]
     print(
         f"tokens validation over {rows:,} rows ({v['failures']} failures); M rows/s "
         "wall (under this machine's load) and per CPU-second (contention-free):"
@@ -305,13 +237,6 @@ def main() -> None:
             v["duckdb_s"],
             v["duckdb_cpu_s"],
             f"{v['duckdb_predicates']} predicates",
-        ),
-        (
-            "pandera pandas backend",
-            n_pd,
-            v["pandas_s"],
-            v["pandas_cpu_s"],
-            f"first {n_pd:,} rows, +{v['pandas_fetch_s']:.2f} s to read them into pandas",
         ),
     ]
     for name, n, wall, cpu, note in lines:

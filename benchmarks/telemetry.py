@@ -1,161 +1,289 @@
-"""Telemetry benchmarks, measured side by side in one process.
+"""Telemetry sink benchmarks, measured side by side in one run (CPU clocks, one machine).
 
-Section ``ingest``: ``DuckDBTelemetry`` ingest from loop-native numpy columns (convert + validate
-on the calling thread, atomic zstd parts with fsync on the background thread) vs raw
-``pyarrow.parquet.write_table`` (no fsync) of the same Arrow batches with the same file settings;
-prints absolute rows/s and the ratio (goal >= 0.8). ``os.sync()`` runs between timed sections.
-Section ``step_time``: training step time with ``--telemetry duckdb`` vs ``none`` on the default
-tiny config, in paired runs. Section ``step_time_ab``: the sink on and off in alternating blocks
-of steps of the same runs (drift-free; ``telemetry_step_time.AlternatingSink``). Goal for both
-<= 1.02. Section ``cold_start``: a small flush's encode after idle and busy pauses vs warm
-(``telemetry_cold``: why a flush costs the loop several times its warm cost on this machine).
-Usage: ``python benchmarks/telemetry.py [--section NAME] [--repeats N] [--train-steps N]``.
+Section ``glm``: a GLM-sized step, 1,048,576 ``tokens`` rows (1,024 samples x 1,024 tokens, every
+column filled, log-probs null off the actions) handed to ``DuckDBTelemetry``, against a raw
+``pyarrow.parquet.write_table`` of the same rows with the same file settings. Goals: the training
+thread's time inside ``emit`` <= 0.1x raw write_table; the writer's ingest (emit .. close of
+``--steps`` steps) >= 0.8x raw throughput; each step readable by ``open_run`` within
+``flush_seconds`` + 1 s of ``step_end``. Section ``tiny``: the default tiny training config with
+``--telemetry duckdb``: telemetry CPU (training thread inside the sink + the writer thread) as a
+share of the process's CPU over the steps (goal <= 3%), and the live lag seen by a reader process
+polling ``open_run`` (goal <= flush_seconds + one step). Section ``live``: a synthetic run that
+flushes every step, through 2,000 flushes; while it keeps writing, each dashboard panel's queries
+after a ``refresh`` (goal: slowest panel p95 <= 300 ms).
+
+Usage: ``python benchmarks/telemetry.py [--section glm|tiny|live] [--steps N] [--repeats N]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-from telemetry_cold import section_cold_start  # benchmarks/, on sys.path
-from telemetry_step_time import section_step_time, section_step_time_ab
 
-from observability import DuckDBTelemetry, TelemetryConfig
+from observability import DuckDBTelemetry, TelemetryConfig, open_run, refresh
 from observability.parts import parquet_options
 from observability.records import build_table
 from observability.schema import table_spec
 
-VOCAB = 32_000
+VOCAB = 151_552
+SAMPLES, TOKENS, PROMPT = 1024, 1024, 256
 
 
-def token_batches(n_batches: int, rows: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Per-step ``tokens`` batches shaped like the loop's: samples of 512 tokens, fp32 log-probs."""
-    rng = np.random.default_rng(seed)
-    batches = []
-    for b in range(n_batches):
-        pos = np.arange(rows, dtype=np.int32) % 512
-        rollout = -rng.exponential(1.0, rows).astype(np.float32)
-        train = np.minimum(rollout + rng.normal(0, 0.01, rows).astype(np.float32), 0.0)
-        batches.append(
-            {
-                "step": np.full(rows, b, dtype=np.int64),
-                "sample_id": (b * rows + np.arange(rows)) // 512,
-                "pos": pos,
-                "token_id": rng.integers(0, VOCAB, rows, dtype=np.int32),
-                "role": np.where(pos < 128, 0, 1).astype(np.int8),  # codes: prompt, action
-                "loss_mask": pos >= 128,
-                "rollout_logp": rollout,
-                "train_logp": train,
-                "ratio": np.exp(train - rollout),
-                "advantage": np.repeat(rng.normal(size=rows // 512 + 1), 512)[:rows].astype(
-                    np.float32
-                ),
-                "entropy": rng.exponential(1.0, rows).astype(np.float32),
-                "policy_version_rollout": np.full(rows, b, dtype=np.int64),
-            }
+def glm_step(step: int, rng: np.random.Generator) -> dict:
+    """One step's ``tokens`` columns as a producer hands them over (numpy, masked arrays, codes)."""
+    n = SAMPLES * TOKENS
+    pos = np.tile(np.arange(TOKENS, dtype=np.int32), SAMPLES)
+    off = pos < PROMPT  # prompt tokens: no log-probs (null)
+    rollout = -rng.exponential(1.0, n).astype(np.float32)
+    train = np.minimum(rollout + rng.normal(0, 0.01, n).astype(np.float32), 0.0)
+    reason = np.where(off, 4, np.where(rng.random(n) < 0.01, 1, 0)).astype(np.int8)
+
+    def on_actions(x: np.ndarray) -> np.ma.MaskedArray:
+        return np.ma.MaskedArray(x, mask=off)
+
+    ids = rng.integers(0, VOCAB, n, dtype=np.int32)
+    return {
+        "step": np.full(n, step, dtype=np.int64),
+        "sample_id": np.repeat(step * SAMPLES + np.arange(SAMPLES, dtype=np.int64), TOKENS),
+        "pos": pos,
+        "token_id": ids,
+        "role": (~off).astype(np.int8),  # enum codes: prompt, action
+        "loss_mask": ~off,
+        "rollout_logp": on_actions(rollout),
+        "train_logp": on_actions(train),
+        "old_logp": on_actions(train),
+        "teacher_logp": on_actions(rollout),
+        "ratio": on_actions(np.exp(train - rollout)),
+        "trust_mask": reason == 0,
+        "mask_reason": reason,
+        "advantage": on_actions(np.repeat(rng.normal(size=SAMPLES), TOKENS).astype(np.float32)),
+        "entropy": on_actions(rng.exponential(1.0, n).astype(np.float32)),
+        "prefix_hash": rng.integers(-(2**62), 2**62, n),
+        "policy_version_rollout": np.full(n, step, dtype=np.int64),
+        "train_token_id": ids,
+        "teacher_id": "teacher-a",
+    }
+
+
+def _steps_readable(run: Path, step: int) -> bool:
+    con = open_run(run)
+    try:
+        return (
+            con.execute("SELECT count(*) FROM tokens WHERE step = ?", [step]).fetchall()[0][0] > 0
         )
-    return batches
+    finally:
+        con.close()
 
 
-def _raw(tables: list, out: Path) -> float:
-    out.mkdir()
-    opts = parquet_options(table_spec("tokens"))
-    t0 = time.perf_counter()
-    for i, t in enumerate(tables):
-        pq.write_table(t, out / f"{i}.parquet", **opts)
-    return time.perf_counter() - t0
-
-
-def _writer(batches: list, rows: int, out: Path) -> tuple[float, float]:
-    config = TelemetryConfig(flush_rows=rows, flush_seconds=3600, compact_on_close=False)
-    tel = DuckDBTelemetry(out, run_info={"vocab_size": VOCAB}, config=config)
-    emit_s = 0.0
-    t0 = time.perf_counter()
-    for b in batches:
-        e0 = time.perf_counter()
-        tel.emit("tokens", b)
-        emit_s += time.perf_counter() - e0
-    tel.close()
-    return time.perf_counter() - t0, emit_s
-
-
-def section_ingest(args: argparse.Namespace) -> None:
-    batches = token_batches(args.batches, args.rows)
-    tables = [build_table("tokens", b, run_id="bench", rank=0, vocab_size=VOCAB) for b in batches]
-    total = args.batches * args.rows
-    raw_s, writer_s, emit_s = [], [], []
+def section_glm(args: argparse.Namespace) -> None:
+    rng = np.random.default_rng(0)
+    steps = [glm_step(s, rng) for s in range(args.steps)]
+    spec = table_spec("tokens")
+    tables = [build_table("tokens", s, run_id="bench", rank=0, vocab_size=VOCAB) for s in steps]
+    opts = parquet_options(spec)
+    rows = SAMPLES * TOKENS
+    raw_s, ingest_s, emit_s, lag_s = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):  # interleaved, so both see the same machine load
-            os.sync()  # start clean: the writer's fsyncs must not pay for raw's dirty pages
-            raw_s.append(_raw(tables, Path(tmp) / f"raw{r}"))
+        for r in range(args.repeats):  # interleaved: both see the same machine load
             os.sync()
-            w, e = _writer(batches, args.rows, Path(tmp) / f"run{r}")
-            writer_s.append(w)
-            emit_s.append(e)
-    raw, writer, emit = (statistics.median(x) for x in (raw_s, writer_s, emit_s))
-    print(f"## ingest: {args.batches} x {args.rows:,} token rows, zstd, median of {args.repeats}")
-    print(f"raw pyarrow.parquet.write_table : {total / raw / 1e6:6.2f} M rows/s")
-    print(f"DuckDBTelemetry (emit..close)   : {total / writer / 1e6:6.2f} M rows/s")
-    print(f"ratio writer / raw              : {raw / writer:6.2f}x   (goal >= 0.8)")
-    print(f"emit() on the calling thread    : {1e3 * emit / args.batches:6.1f} ms per batch")
+            t0 = time.perf_counter()
+            for i, t in enumerate(tables):
+                pq.write_table(t, f"{tmp}/raw-{r}-{i}.parquet", **opts)
+            raw_s.append((time.perf_counter() - t0) / len(tables))
+            os.sync()
+            # ingest: the steps back to back, emit .. close
+            tel = DuckDBTelemetry(Path(tmp) / f"ingest{r}", run_info={"vocab_size": VOCAB},
+                                  config=TelemetryConfig(compact_on_close=False))  # fmt: skip
+            t0 = time.perf_counter()
+            for i, s in enumerate(steps):
+                tel.emit("tokens", s)
+                tel.step_end(i)
+            tel.close()
+            ingest_s.append((time.perf_counter() - t0) / len(steps))
+            # a training loop: emit, step_end, then (the step's compute) until readable
+            run = Path(tmp) / f"loop{r}"
+            tel = DuckDBTelemetry(run, run_info={"vocab_size": VOCAB},
+                                  config=TelemetryConfig(compact_on_close=False))  # fmt: skip
+            for i, s in enumerate(steps):
+                e0 = time.thread_time()
+                tel.emit("tokens", s)
+                emit_s.append(time.thread_time() - e0)
+                tel.step_end(i)
+                t0 = time.perf_counter()
+                while not _steps_readable(run, i):
+                    time.sleep(0.02)
+                lag_s.append(time.perf_counter() - t0)
+            tel.close()
+    raw, emit = statistics.median(raw_s), statistics.median(emit_s)
+    print(f"## glm: {rows:,} token rows a step, {args.steps} steps x {args.repeats} repeats "
+          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+    print(f"raw write_table          : {1e3 * raw:7.1f} ms a step (median of repeats)")
+    print(f"emit (training thread)   : {1e3 * emit:7.1f} ms a step (median; max "
+          f"{1e3 * max(emit_s):.0f} ms), {emit / raw:.3f}x raw   (goal <= 0.1)")  # fmt: skip
+    print(f"writer ingest            : {1e3 * statistics.median(ingest_s):7.1f} ms a step, "
+          f"{raw / statistics.median(ingest_s):.2f}x raw throughput   (goal >= 0.8)")  # fmt: skip
+    print(f"readable after step_end  : {max(lag_s):.2f} s worst of {len(lag_s)}, median "
+          f"{statistics.median(lag_s):.2f} s   (goal <= flush_seconds + 1 = "
+          f"{TelemetryConfig.flush_seconds + 1:.0f} s)")  # fmt: skip
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
-    "ingest": section_ingest,
-    "step_time": section_step_time,
-    "step_time_ab": section_step_time_ab,
-    "cold_start": section_cold_start,
-}
+class _Metered:
+    """Forwards to the real sink; adds up the training thread's CPU inside it and each step end."""
+
+    def __init__(self, sink) -> None:
+        self.sink, self.run_id, self.run_dir = sink, sink.run_id, sink.run_dir
+        self.cpu_s, self.step_ends = 0.0, {}
+
+    def emit(self, table, columns) -> None:
+        t0 = time.thread_time()
+        self.sink.emit(table, columns)
+        self.cpu_s += time.thread_time() - t0
+
+    def step_end(self, step: int) -> None:
+        t0 = time.thread_time()
+        self.sink.step_end(step)
+        self.cpu_s += time.thread_time() - t0
+        self.step_ends[step] = time.monotonic()
+        if step == 0:  # steps after the first (its compile and warm-up) are measured
+            self.start = (time.process_time(), self.cpu_s, self.sink.writer_cpu_seconds())
+        self.end = (time.process_time(), self.cpu_s, self.sink.writer_cpu_seconds())
+
+    def close(self, status: str = "finished") -> None:
+        self.sink.close(status)
+
+
+_READER = """
+import json, sys, time, warnings
+from observability import open_run
+warnings.simplefilter("ignore")
+run, steps, seen, t_end = sys.argv[1], int(sys.argv[2]), {}, time.monotonic() + 3600
+while len(seen) < steps and time.monotonic() < t_end:
+    try:
+        con = open_run(run)
+        for (s,) in con.execute("SELECT DISTINCT step FROM steps").fetchall():
+            seen.setdefault(s, time.monotonic())
+        con.close()
+    except Exception:
+        pass
+    time.sleep(0.05)
+print(json.dumps(seen))
+"""
+
+
+def section_tiny(args: argparse.Namespace) -> None:
+    import core.train.driver as driver
+
+    cfg = driver.resolve_config(None, [], steps=args.train_steps)
+    made: dict = {}
+    real_open, real_dir = driver.open_telemetry, driver.new_run_dir
+
+    def open_metered(*a, **kw):  # the loop's sink, metered
+        made["sink"] = _Metered(real_open(*a, **kw))
+        return made["sink"]
+
+    def new_run_dir(*a, **kw):  # a reader process polls the run from its start
+        path = real_dir(*a, **kw)
+        cmd = [sys.executable, "-c", _READER, str(path), str(args.train_steps)]
+        made["reader"] = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        return path
+
+    driver.open_telemetry, driver.new_run_dir = open_metered, new_run_dir
+    try:
+        for r in range(args.repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                t0 = time.monotonic()
+                driver.run_training(cfg, runs_root=tmp, telemetry="duckdb", progress=False)
+                out = made["reader"].communicate()[0]
+                _report_tiny(r, made["sink"], json.loads(out), time.monotonic() - t0)
+    finally:
+        driver.open_telemetry, driver.new_run_dir = real_open, real_dir
+
+
+def _report_tiny(r: int, m: _Metered, seen: dict, seconds: float) -> None:
+    (p0, s0, w0), (p1, s1, w1) = m.start, m.end
+    share = ((s1 - s0) + (w1 - w0)) / (p1 - p0)
+    steps = sorted(m.step_ends)
+    step_s = (m.step_ends[steps[-1]] - m.step_ends[steps[1]]) / (len(steps) - 2)
+    lags = [seen[str(s)] - m.step_ends[s] for s in steps[1:] if str(s) in seen]
+    print(f"## tiny run {r}: {len(steps)} steps of {step_s:.2f} s ({seconds:.0f} s in all)")
+    print(f"telemetry CPU: training thread {s1 - s0:.2f} s + writer {w1 - w0:.2f} s of "
+          f"{p1 - p0:.1f} s process CPU = {100 * share:.2f}%   (goal <= 3%)")  # fmt: skip
+    print(f"live lag: max {max(lags):.2f} s, median {statistics.median(lags):.2f} s over "
+          f"{len(lags)} steps   (goal <= {TelemetryConfig.flush_seconds:.0f} s + one step "
+          f"= {TelemetryConfig.flush_seconds + step_s:.2f} s)")  # fmt: skip
+
+
+_WRITER = """
+import sys
+from dashboards.synthetic import SyntheticRun, write_run
+write_run(sys.argv[1], SyntheticRun(steps=int(sys.argv[2]), samples_per_step=64, prompt_len=16,
+          response_len=32, topk_every=8), flush_every_step=True)
+"""
+
+
+def section_live(args: argparse.Namespace) -> None:
+    from dashboard import panels, timings  # benchmarks/dashboard.py
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "live"
+        steps = args.flushes + 400
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(run), str(steps)])
+        t0 = time.monotonic()
+        while True:  # wait for the run to reach --flushes flushes
+            time.sleep(1.0)
+            if (run / "telemetry").is_dir():
+                con = open_run(run)
+                last = con.execute("SELECT max(step) FROM steps").fetchall()[0][0]
+                con.close()
+                if last is not None and last + 1 >= args.flushes:
+                    break
+            if writer.poll() is not None:
+                raise RuntimeError("the writer ended before reaching the flush count")
+        print(f"## live: {last + 1} flushes written in {time.monotonic() - t0:.0f} s; timing "
+              "while it writes (refresh + the panel's queries)")  # fmt: skip
+        con = open_run(run)
+        parts = {t: len(list((run / "telemetry" / t).glob("part-*"))) for t in ("tokens", "steps")}
+        worst = 0.0
+        for page, panel, fn in panels(con):
+
+            def refreshed(fn=fn):
+                refresh(con)
+                return fn()
+
+            p50, p95, cpu = timings(refreshed, args.repeats)
+            worst = max(worst, p95)
+            print(f"  {page:<18}{panel:<30}{p50:8.1f}{p95:8.1f} ms p50/p95 {cpu:8.1f} ms cpu")
+        con = open_run(run)
+        last_timed = con.execute("SELECT max(step) FROM steps").fetchall()[0][0]
+        still = writer.poll() is None
+        print(
+            f"  slowest panel p95 {worst:.1f} ms (goal <= 300 ms); writer at flush "
+            f"{last_timed + 1} when done, still writing: {still}; part files incl. covered: {parts}"
+        )
+        writer.kill()
+        writer.wait()
+
+
+SECTIONS = {"glm": section_glm, "tiny": section_tiny, "live": section_live}
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=262_144, help="token rows per batch (one step)")
-    p.add_argument("--batches", type=int, default=8, help="batches (steps)")
-    p.add_argument("--repeats", type=int, default=8)
-    p.add_argument("--train-steps", type=int, default=20, help="steps per run (step_time section)")
-    p.add_argument("--block", type=int, default=12, help="steps per on/off block (step_time_ab)")
-    p.add_argument(
-        "--overlap",
-        action="store_true",
-        help="step_time_ab: the sink flushes itself inside on-blocks (use with --block 48)",
-    )
-    p.add_argument(
-        "--aligned",
-        action="store_true",
-        help="step_time_ab: as --overlap, and on-blocks end at one of the sink's own flushes "
-        "(no extra block-end flush)",
-    )
-    p.add_argument(
-        "--warmup-steps", type=int, default=None, help="step_time_ab: steps excluded (2 blocks)"
-    )
-    p.add_argument(
-        "--writer-priority",
-        choices=["idle", "normal"],
-        default=TelemetryConfig.writer_priority,
-        help="TelemetryConfig.writer_priority for the step_time_ab section",
-    )
-    p.add_argument(
-        "--flush-seconds",
-        type=float,
-        default=TelemetryConfig.flush_seconds,
-        help="step_time_ab: TelemetryConfig.flush_seconds and step_flush_min_seconds (the cadence)",
-    )
-    p.add_argument(
-        "--writer-cpu-budget",
-        type=float,
-        default=TelemetryConfig.writer_cpu_budget,
-        help="step_time_ab: TelemetryConfig.writer_cpu_budget (0: no pacing, flushes every "
-        "--flush-seconds)",
-    )
     p.add_argument("--section", choices=sorted(SECTIONS), action="append")
+    p.add_argument("--steps", type=int, default=4, help="glm: steps of 1,048,576 rows")
+    p.add_argument("--repeats", type=int, default=3, help="glm/tiny: runs; live: calls a panel")
+    p.add_argument("--train-steps", type=int, default=40, help="tiny: steps per training run")
+    p.add_argument("--flushes", type=int, default=2000, help="live: flushes before timing")
     args = p.parse_args(argv)
     for name in args.section or list(SECTIONS):
         SECTIONS[name](args)

@@ -1,7 +1,7 @@
 """Append a gate's results to the run's ``contract_results`` table as one new atomic part.
 
-Uses the store's own record builder (``observability.records.build_table``: typing and value
-rules) and part writer (tmp file, fsync, rename). Simplification: not ``DuckDBTelemetry`` itself,
+Uses the store's own record builder (``observability.records.build_table``: typing and the
+column rules) and part writer (tmp file, fsync, rename). Simplification: not ``DuckDBTelemetry`` itself,
 whose start and close write ``runs`` status rows that would overwrite the gated run's status.
 """
 
@@ -54,4 +54,4 @@ def append_results(gate: GateResult) -> Path | None:
     if not gate.results:
         return None
     table = build_table("contract_results", result_columns(gate), run_id=gate.run_id, rank=0)
-    return PartWriter(gate.run_dir, rank=0).write(table, table_spec("contract_results"))
+    return PartWriter(gate.run_dir, rank=0).write(table, table_spec("contract_results"))[0]

@@ -167,7 +167,7 @@ def validate_table(
     model_for(table, vocab_size)  # build (and cache) the model once, outside the threads
     with warnings.catch_warnings():  # corrupt parts: reported by schema.store_readable
         warnings.simplefilter("ignore")
-        parts = good_parts(Path(run_dir), table)
+        parts = [(p, s.rows) for p, s in good_parts(Path(run_dir), table)]
     found = TableValidation(table, n_rows=sum(r for _, r in parts), n_parts=len(parts))
     todo = chunks(parts, batch_rows)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from observability import DuckDBTelemetry, TelemetryConfig
 from observability.enums import MEMORY_CATEGORIES, SYNC_PHASES
@@ -59,8 +58,8 @@ def _step_rows(rng, run: SyntheticRun, step: int, t0: float) -> tuple[dict, dict
     kept = (ratio >= 1 / BETA) & (ratio <= BETA)
     reason = np.where(~act, 4, np.where(kept, 0, 1)).astype(np.int8)  # not_action / kept / icepop
 
-    def on_act(x: np.ndarray) -> pa.Array:  # null (not NaN) where the token is no action
-        return pa.array(x, mask=~act)
+    def on_act(x: np.ndarray) -> np.ma.MaskedArray:  # null (not NaN) where the token is no action
+        return np.ma.MaskedArray(x, mask=~act)
 
     tokens = {
         "step": step,
@@ -222,10 +221,12 @@ def write_run(
     *,
     status: str = "finished",
     compact: bool = False,
+    flush_every_step: bool = False,
 ) -> Path:
     """Write a complete synthetic run into ``run_dir`` (every table); returns the run dir.
 
-    ``compact``: fold the parts into ``telemetry.duckdb`` at close (as a finished core run does).
+    ``compact``: fold the parts into ``telemetry.duckdb`` at close (as a finished core run does);
+    ``flush_every_step``: a part per table at every step end (a live run's parts).
     """
     run = run or SyntheticRun()
     rng = np.random.default_rng(run.seed)
@@ -266,6 +267,8 @@ def write_run(
         )
         write_qparams(sink, version=step + 1, tensors=run.tensors, rng=rng)
         sink.step_end(step)
+        if flush_every_step:
+            sink.flush()
     write_contract_results(sink)
     sink.close(status)
     return run_dir

@@ -157,8 +157,8 @@ def run_status(run: paths.RunRef) -> tuple[str, pd.Series | None]:
 def written_age_s(run: paths.RunRef) -> float | None:
     """Seconds since the run's telemetry last changed (a part committed into a table folder, the
     manifest rewritten), or None without telemetry. While a run trains this is how far the
-    charts lag it: the writer flushes every ``telemetry.flush_seconds`` or, paced to its CPU
-    budget, up to ``telemetry.max_flush_seconds``."""
+    charts lag it: the writer writes at the first step end ``telemetry.flush_seconds`` after its
+    previous write (or after that long on its own timer)."""
     try:
         newest = max((p.stat().st_mtime for p in (run.path / "telemetry").iterdir()), default=None)
     except OSError:

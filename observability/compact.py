@@ -4,8 +4,9 @@ The database is built under a hidden tmp name from a snapshot of the parts, chec
 and renamed over ``telemetry.duckdb``; then ``telemetry/manifest.json`` is replaced atomically.
 The database lists the parts it holds in its own ``_closedloop_parts`` table, so a reader that
 attaches it knows exactly which parts to skip, whatever manifest it raced with: no row is counted
-twice. Parts are never deleted or rewritten (a live reader may hold them). Corrupt parts are
-skipped with a warning. Simplification: every compaction rebuilds from all parts.
+twice. Parts are never rewritten; parts covered by a live merge are pruned once
+``parts.PRUNE_AFTER_S`` old (a live reader may hold them). Corrupt parts are skipped with a
+warning. Simplification: every compaction rebuilds from all visible parts.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ import pyarrow as pa
 from observability.parts import (
     DB_NAME,
     MANIFEST_NAME,
+    PartStatus,
     atomic_write_bytes,
     check_part,
     fsync_dir,
     list_parts,
     part_key,
+    prune,
     resolve_run_dir,
     telemetry_dir,
 )
@@ -47,15 +50,15 @@ def parquet_scan(paths: list[Path]) -> str:
     return f"read_parquet([{', '.join(sql_str(p) for p in paths)}], union_by_name = true)"
 
 
-def good_parts(run_dir: Path, table: str) -> list[tuple[Path, int]]:
-    """Committed parts of ``table`` with their row counts; corrupt ones skipped with a warning."""
+def good_parts(run_dir: Path, table: str) -> list[tuple[Path, PartStatus]]:
+    """Visible parts of ``table`` with their footer status; corrupt ones skipped with a warning."""
     out = []
     for path in list_parts(run_dir, table):
         status = check_part(path)
         if status.error is not None:
             warnings.warn(f"skipping corrupt telemetry part {path}: {status.error}", stacklevel=2)
             continue
-        out.append((path, status.rows))
+        out.append((path, status))
     return out
 
 
@@ -89,8 +92,8 @@ def compact(run: str | os.PathLike) -> CompactionResult:
                 order = " ORDER BY step" if "step" in spec.column_names else ""
                 con.execute(f'CREATE TABLE "{name}" AS {select}{order}')
                 con.unregister("_empty")
-                covered += [(name, part_key(p), n) for p, n in parts]
-                rows[name] = sum(n for _, n in parts)
+                covered += [(name, part_key(p), s.rows) for p, s in parts]
+                rows[name] = sum(s.rows for _, s in parts)
             con.register(
                 "_covered",
                 pa.table(
@@ -122,4 +125,5 @@ def compact(run: str | os.PathLike) -> CompactionResult:
     atomic_write_bytes(
         telemetry_dir(run_dir) / MANIFEST_NAME, json.dumps(manifest, indent=1).encode()
     )
+    prune(run_dir)
     return CompactionResult(final, len(covered), rows)

@@ -1,19 +1,26 @@
-"""On-disk layout of a run's telemetry and the atomic Parquet part files it is made of.
+"""On-disk layout of a run's telemetry: atomic Parquet parts, merged while the run trains.
 
-Layout: ``RUN_DIR/telemetry/<table>/part-r<rank>-<writer>-<seq>.parquet`` (immutable once
-visible), ``RUN_DIR/telemetry/manifest.json`` and ``RUN_DIR/telemetry.duckdb`` (compaction).
-A part is written under a hidden ``.tmp`` name through a 1 MiB buffer (a small part in one write
-call), fsynced, renamed into place and the directory fsynced, so readers see whole files or
-nothing. ``<writer>`` is unique per writer object (pid + random), so ranks, processes and
-restarts never collide. Files: LZ4 and no dictionaries below ``SMALL_PART_ROWS`` rows, zstd and
-dictionaries for the schema's low-cardinality columns above, min/max statistics only for integer
-and time columns.
+Layout: ``RUN_DIR/telemetry/<table>/part-r<rank>-<writer>-<seq>.parquet``, where ``<writer>`` is
+unique per writer object (pid + random: ranks, processes and restarts never collide) and
+``<seq>`` counts its parts; ``RUN_DIR/telemetry/manifest.json`` and ``RUN_DIR/telemetry.duckdb``
+come from compaction (``observability.compact``). A part is written under a hidden ``.tmp`` name,
+fsynced, renamed into place and the directory fsynced, so readers see whole files or nothing.
+
+Live merge (``Merger``): a writer joins its own small parts of a table into one part named
+``part-r<rank>-<writer>-<first>-<last>.parquet``, which *covers* that writer's parts with ``seq``
+in ``[first, last]``. ``list_parts`` hides covered parts, so a listing shows each row once
+whether it was taken before, during or after the rename; covered parts are deleted only
+``PRUNE_AFTER_S`` after their cover appeared (``prune``), so a reader's snapshot stays readable
+that long. Merges are tiered: ``FANIN`` parts of one level make one part of the next, up to
+``max_rows`` rows, so a run of N flushes leaves O(FANIN log N) parts per table.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,27 +28,20 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from observability.schema import TABLES, TableSpec
+from observability.schema import TABLES, TableSpec, table_spec
 
 TELEMETRY_DIR = "telemetry"
 DB_NAME = "telemetry.duckdb"
 MANIFEST_NAME = "manifest.json"
-PART_GLOB = "part-*.parquet"
-COMPRESSION = "zstd"
-SMALL_COMPRESSION = "lz4"
-WRITE_BUFFER_BYTES = 1 << 20
-"""Parts reach their file through a buffer this large: the loop's parts (tens of KB) in one
-write call instead of one per column chunk (~0.1 ms less CPU each), large parts in 1 MiB
-writes."""
 SMALL_PART_ROWS = 65_536
-"""Parts with fewer rows — the training loop's flushes every ~2 s — are LZ4 (Parquet
-``LZ4_RAW``): on a flush of the tiny loop's tables it writes 14% faster than the zstd /
-uncompressed mix it replaced, with files as small as zstd's for ``tokens``. Larger parts (GLM-
-scale steps, the ingest benchmark) are zstd, whose better ratio matters there and whose set-up
-cost does not (``benchmarks/README.md``). Small parts are also written without dictionary
-encoding: on the loop's flush tables dictionaries cost 13% more encoding time for 11% smaller
-files (compaction re-encodes the rows anyway); large parts dictionary-encode the schema's
-low-cardinality columns, which doubles their write speed."""
+"""Parts below this are LZ4 without dictionaries (cheap to write, a flush every few seconds);
+larger ones zstd with dictionaries for the schema's low-cardinality columns."""
+FANIN = 8
+"""Parts of one level joined into one part of the next."""
+PRUNE_AFTER_S = 300.0
+"""Covered parts are deleted this long after their cover appeared: how long a reader's snapshot
+(``open_run`` / ``refresh``) of a live run stays readable."""
+_NAME = re.compile(r"part-r(\d+)-([0-9a-z]+)-(\d+)(?:-(\d+))?\.parquet")
 
 
 def telemetry_dir(run_dir: str | os.PathLike) -> Path:
@@ -57,11 +57,11 @@ def resolve_run_dir(path: str | os.PathLike) -> Path:
 
 
 def parquet_options(spec: TableSpec, num_rows: int | None = None) -> dict:
-    """``pq.write_table`` keyword arguments shared by the writer and the benchmark (a part of
-    ``num_rows`` rows; None: a large one)."""
+    """``pq.write_table`` keyword arguments for a part of ``num_rows`` rows (None: a large one);
+    min/max statistics only for the integer and time columns readers filter on."""
     small = num_rows is not None and num_rows < SMALL_PART_ROWS
     return {
-        "compression": SMALL_COMPRESSION if small else COMPRESSION,
+        "compression": "lz4" if small else "zstd",
         "use_dictionary": False if small else spec.dictionary_columns,
         "write_statistics": spec.statistics_columns,
     }
@@ -99,18 +99,25 @@ class PartWriter:
         for name in TABLES:
             (self.root / name).mkdir(parents=True, exist_ok=True)
 
-    def write(self, table: pa.Table, spec: TableSpec) -> Path:
-        """Atomically write ``table`` as a new part of ``spec.name``; returns its final path."""
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-        name = f"part-r{self.rank:04d}-{self.writer_id}-{seq:07d}.parquet"
+    def write(
+        self, table: pa.Table, spec: TableSpec, *, covers: tuple[int, int] | None = None
+    ) -> tuple[Path, int]:
+        """Atomically write ``table`` as a new part of ``spec.name`` (``covers``: the seq range of
+        this writer's parts it merges); returns its path and seq (its first covered seq)."""
+        if covers is None:
+            with self._lock:
+                self._seq += 1
+                seq = self._seq
+            name = f"part-r{self.rank:04d}-{self.writer_id}-{seq:07d}.parquet"
+        else:
+            seq = covers[0]
+            name = f"part-r{self.rank:04d}-{self.writer_id}-{covers[0]:07d}-{covers[1]:07d}.parquet"
         final = self.root / spec.name / name
         tmp = final.with_name(f".{name}.tmp")
         raw = pa.OSFile(str(tmp), "wb")
-        try:  # buffered: a small part reaches the file in one write call, a large one in 1 MiB
-            with pa.BufferedOutputStream(raw, buffer_size=WRITE_BUFFER_BYTES) as out:
-                pq.write_table(table, out, **parquet_options(spec, table.num_rows))  # no GIL
+        try:  # buffered: a small part reaches the file in one write call, without the GIL
+            with pa.BufferedOutputStream(raw, buffer_size=1 << 20) as out:
+                _write_parquet(table, out, spec)
                 out.flush()
                 os.fsync(raw.fileno())
         except BaseException:
@@ -120,35 +127,95 @@ class PartWriter:
             raw.close()
         os.replace(tmp, final)
         fsync_dir(final.parent)
-        return final
+        return final, seq
 
 
-def list_parts(run_dir: str | os.PathLike, table: str) -> list[Path]:
-    """Committed parts of ``table`` (never tmp files), sorted by name."""
-    d = telemetry_dir(run_dir) / table
-    if not d.is_dir():
-        return []
-    return sorted(d.glob(PART_GLOB))
+def _write_parquet(table: pa.Table, out: pa.NativeFile, spec: TableSpec) -> None:
+    """Parquet with the Parquet types only (no stored Arrow schema): a dictionary-encoded string
+    column reads back as a plain string; the schema's metadata goes into the footer."""
+    options = parquet_options(spec, table.num_rows)
+    with pq.ParquetWriter(out, table.schema, store_schema=False, **options) as writer:
+        writer.write_table(table)
+        writer.add_key_value_metadata(spec.arrow_schema.metadata)
 
 
-def last_write_time(run_dir: str | os.PathLike) -> float | None:
-    """Epoch seconds of the run's newest part (``contract_results``, which the gate appends to,
-    left out), or None when nothing was written."""
-    paths = [
-        p for table in TABLES if table != "contract_results" for p in list_parts(run_dir, table)
-    ]
-    times = []
+def _cover(path: Path) -> tuple[str, int, int] | None:
+    """(writer, first seq, last seq) of a part's name, or None for another name."""
+    m = _NAME.fullmatch(path.name)
+    if m is None:
+        return None
+    first = int(m[3])
+    return f"{m[1]}-{m[2]}", first, int(m[4]) if m[4] else first
+
+
+def _split(paths: list[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """(visible parts, [(covered part, its cover)]) of one table directory's parts."""
+    by_writer: dict[str, list[tuple[int, int, Path]]] = {}
+    visible = []
     for p in paths:
-        try:
-            times.append(p.stat().st_mtime)
-        except OSError:
-            pass
-    return max(times, default=None)
+        c = _cover(p)
+        if c is None:
+            visible.append(p)
+        else:
+            by_writer.setdefault(c[0], []).append((c[1], -c[2], p))
+    covered = []
+    for parts in by_writer.values():
+        reach, cover = -1, None
+        for _, neg_last, p in sorted(parts):
+            if -neg_last <= reach:
+                covered.append((p, cover))
+            else:
+                visible.append(p)
+                reach, cover = -neg_last, p
+    return sorted(visible), covered
+
+
+def _listing(run_dir: str | os.PathLike, table: str) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    d = telemetry_dir(run_dir) / table
+    try:
+        names = [e.name for e in os.scandir(d)]
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    return _split([d / n for n in names if n.startswith("part-") and n.endswith(".parquet")])
+
+
+def list_parts(run_dir: str | os.PathLike, table: str, *, covered: bool = False) -> list[Path]:
+    """Visible committed parts of ``table`` (no tmp files, no parts a merged part covers),
+    sorted by name; ``covered``: the covered ones instead (hidden, not yet pruned)."""
+    visible, hidden = _listing(run_dir, table)
+    return sorted(p for p, _ in hidden) if covered else visible
+
+
+def prune(run_dir: str | os.PathLike, *, older_than: float = PRUNE_AFTER_S) -> int:
+    """Delete covered parts whose cover is at least ``older_than`` seconds old; returns how many."""
+    now, n = time.time(), 0
+    for table in TABLES:
+        for part, cover in _listing(run_dir, table)[1]:
+            try:
+                if now - cover.stat().st_mtime >= older_than:
+                    part.unlink()
+                    n += 1
+            except FileNotFoundError:
+                pass
+    return n
 
 
 def part_key(path: Path) -> str:
     """How manifests name a part: ``<table>/<file name>``."""
     return f"{path.parent.name}/{path.name}"
+
+
+def last_write_time(run_dir: str | os.PathLike) -> float | None:
+    """Epoch seconds of the run's newest part (``contract_results``, which the gate appends to,
+    left out), or None when nothing was written."""
+    times = []
+    for table in TABLES:
+        for p in list_parts(run_dir, table) if table != "contract_results" else []:
+            try:
+                times.append(p.stat().st_mtime)
+            except OSError:
+                pass
+    return max(times, default=None)
 
 
 @dataclass(frozen=True)
@@ -157,6 +224,8 @@ class PartStatus:
     rows: int | None
     """Row count from the footer; None when the part is corrupt."""
     error: str | None
+    schema: pa.Schema | None = None
+    """The part's Arrow schema (readers group parts by it)."""
 
 
 _FOOTER_CACHE: dict[tuple[str, int, int], PartStatus] = {}
@@ -172,13 +241,77 @@ def check_part(path: Path, *, full: bool = False) -> PartStatus:
     if not full and key in _FOOTER_CACHE:
         return _FOOTER_CACHE[key]
     try:
+        meta = pq.read_metadata(path)
         if full:
-            rows = pq.read_table(path).num_rows
-        else:
-            rows = pq.read_metadata(path).num_rows
-        status = PartStatus(path, rows, None)
+            pq.read_table(path)
+        status = PartStatus(path, meta.num_rows, None, meta.schema.to_arrow_schema())
     except (OSError, pa.ArrowException) as e:
         status = PartStatus(path, None, f"{type(e).__name__}: {e}")
     if not full:
         _FOOTER_CACHE[key] = status
     return status
+
+
+@dataclass
+class _Part:
+    path: Path
+    first: int
+    last: int
+    rows: int
+    level: int
+
+
+class Merger:
+    """One writer's live merge: tiers of its own parts per table (see the module docstring).
+
+    Args:
+        parts: the writer's ``PartWriter``.
+        max_rows: merged parts stop growing at this many rows (``TelemetryConfig.flush_rows``).
+    """
+
+    def __init__(self, parts: PartWriter, *, max_rows: int) -> None:
+        self.parts, self.max_rows = parts, max_rows
+        self.open: dict[str, list[_Part]] = {}
+        """Per table, the parts still to be merged, oldest first."""
+        self.covered: list[tuple[float, list[Path]]] = []
+        """(monotonic time of the merge, the parts it covered), oldest first."""
+
+    def add(self, table: str, path: Path, seq: int, rows: int) -> None:
+        """Register a part just written; merge what is due (not after a compaction: the
+        manifest names the parts the compacted database holds)."""
+        if (self.parts.root / MANIFEST_NAME).exists():
+            return
+        tail = self.open.setdefault(table, [])
+        if rows >= self.max_rows:
+            tail.clear()  # a big part ends the tier: later merges cover only later parts
+            return
+        tail.append(_Part(path, seq, seq, rows, 0))
+        while len(tail) >= FANIN and len({p.level for p in tail[-FANIN:]}) == 1:
+            group = tail[-FANIN:]
+            del tail[-FANIN:]
+            if sum(p.rows for p in group) <= self.max_rows:
+                tail.append(self._merge(table, group, group[0].level + 1))
+                continue
+            tail.clear()  # too big to merge whole: pack into parts of <= max_rows, all final
+            chunk: list[_Part] = []
+            for p in [*group, None]:
+                if p is None or sum(q.rows for q in chunk) + p.rows > self.max_rows:
+                    if len(chunk) > 1:
+                        self._merge(table, chunk, group[0].level + 1)
+                    chunk = []
+                if p is not None:
+                    chunk.append(p)
+
+    def prune(self, older_than: float = PRUNE_AFTER_S) -> None:
+        """Delete the parts covered at least ``older_than`` seconds ago."""
+        now = time.monotonic()
+        while self.covered and now - self.covered[0][0] >= older_than:
+            for path in self.covered.pop(0)[1]:
+                path.unlink(missing_ok=True)
+
+    def _merge(self, table: str, group: list[_Part], level: int) -> _Part:
+        spec = table_spec(table)
+        data = pa.concat_tables([pq.read_table(p.path, schema=spec.arrow_schema) for p in group])
+        path, _ = self.parts.write(data, spec, covers=(group[0].first, group[-1].last))
+        self.covered.append((time.monotonic(), [p.path for p in group]))
+        return _Part(path, group[0].first, group[-1].last, data.num_rows, level)

@@ -1,10 +1,13 @@
 """Readers: an in-memory DuckDB connection with one typed view per telemetry table.
 
 Each view unions a typed zero-row table (so unused tables are typed and empty), the compacted
-``telemetry.duckdb`` (attached read-only, when the manifest names it) and every committed part it
-does not cover. Views are a snapshot of the files present at ``open_run``/``refresh`` time: a live
-reader calls ``refresh(con)`` (cheap) or reopens to see newer parts. ``runs`` keeps the latest
-status row per run; ``runs_history`` has them all. Corrupt parts are skipped with a warning.
+``telemetry.duckdb`` (attached read-only, when the manifest names it) and every visible part it
+does not cover (``parts.list_parts``: parts a live merge covers are hidden). Parts are scanned in
+groups of one schema each (plain multi-file scans; ``union_by_name`` only across groups, for
+parts of older writers). Views are a snapshot of the files present at ``open_run``/``refresh``
+time: a live reader calls ``refresh(con)`` (cheap) or reopens to see newer parts; a snapshot stays
+readable for ``parts.PRUNE_AFTER_S`` of live merges. ``runs`` keeps the latest status row per
+run; ``runs_history`` has them all. Corrupt parts are skipped with a warning.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-from observability.compact import PARTS_TABLE, good_parts, parquet_scan, sql_str
+from observability.compact import PARTS_TABLE, good_parts, sql_str
 from observability.parts import DB_NAME, MANIFEST_NAME, resolve_run_dir, telemetry_dir
 from observability.schema import TABLES
 
@@ -68,12 +71,15 @@ def _build_views(con: duckdb.DuckDBPyConnection) -> None:
             dbs[i] = (alias, *attached)
     for name in TABLES:
         selects = [f"SELECT * FROM {cl}.{_q(name)}"]
-        parts = []
+        groups: dict[str, list[Path]] = {}  # one plain scan per schema
         for i, run_dir in enumerate(run_dirs):
             covered = dbs[i][1] if i in dbs else set()
-            parts += [p for p, _ in good_parts(run_dir, name) if f"{name}/{p.name}" not in covered]
-        if parts:
-            selects.append(f"SELECT * FROM {parquet_scan(parts)}")
+            for p, status in good_parts(run_dir, name):
+                if f"{name}/{p.name}" not in covered:
+                    groups.setdefault(str(status.schema), []).append(p)
+        for paths in groups.values():
+            files = ", ".join(sql_str(p) for p in paths)
+            selects.append(f"SELECT * FROM read_parquet([{files}])")
         selects += [
             f"SELECT * FROM {_q(a)}.{_q(name)}" for a, _, tables in dbs.values() if name in tables
         ]

@@ -1,62 +1,69 @@
-"""One emitted columnar batch -> a validated Arrow table with the full schema of its table.
+"""Producer columns -> a typed Arrow table of one telemetry table, checked by the column rules.
 
-Steps: reject unknown tables/columns and mismatched lengths, fill sink-owned columns (run_id,
-rank, samples.tokens_sampled), convert and check the columns — small batches of Python values
-through one screened conversion (``smallbatch``), the rest column by column (``convert``, then
-``validate``) — drop per-token rows of samples outside the token sample, and null-fill absent
-nullable columns.
+Producers hand over columns, not rows. A column value is (a) a numpy array or CPU torch tensor
+[n] (bf16/fp16 widened to fp32), (b) a Python or numpy scalar or str, broadcast to all n rows,
+(c) None: all null, (d) a ``numpy.ma.MaskedArray`` [n] whose masked entries are null, (e) for
+string columns a list or ndarray of str, (f) for enum columns strings or integer codes (index
+into the schema's enum tuple), (g) for list columns a 2-D array [n, k] or a list of lists (a 2-D
+``MaskedArray`` leaves its masked entries out of their row's list). Time columns take datetimes or
+numpy datetime64 (numbers: epoch seconds); JSON columns str or dict. Python lists and pyarrow
+arrays are accepted for any column.
+
+``snapshot`` runs in ``emit`` (copies what the caller could overwrite, into a ``BufferPool``),
+``to_table`` and ``violation`` on the background writer; ``build_table`` does all in one call.
+Enum codes and repeated strings travel dictionary-encoded (a byte a row, no strings built).
+Simplification: integer codes and pyarrow arrays are the only ways around per-row Python.
 """
 
 from __future__ import annotations
 
-import functools
+import collections
+import json
 from collections.abc import Mapping
+from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
-from observability.convert import column_length, enum_codes, to_arrow
+from observability.rules import first_violation, table_rules
 from observability.sampling import keep_tokens_for
-from observability.schema import TableSpec, table_spec
-from observability.smallbatch import screen_small
-from observability.validate import check_column
+from observability.schema import ColumnSpec, TableSpec, table_spec
+
+SCALARS = (int, float, bool, str, bytes, dict, datetime, date, np.generic)
+_ARROW = (pa.Array, pa.ChunkedArray)
 
 
-@functools.lru_cache(maxsize=16)
-def _constant_string(value: str, n: int) -> pa.Array:
-    """``n`` copies of ``value`` (cached: batches of one size recur every step; arrays are immutable)."""
-    return pa.array([value], type=pa.string()).take(np.zeros(n, dtype=np.int32))
+def is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
-@functools.lru_cache(maxsize=256)
-def _nulls(type_: pa.DataType, n: int) -> pa.Array:
-    """An all-null column (cached like ``_constant_string``)."""
-    return pa.nulls(n, type=type_)
+def _numpy(t: Any, where: str) -> np.ndarray:
+    """A CPU tensor as numpy (a view; bf16 / fp16 as a new fp32 array)."""
+    if t.device.type != "cpu":
+        raise ValueError(f"{where}: tensor on {t.device}; move it to the CPU before emit")
+    t = t.detach()
+    if t.dtype.is_floating_point and t.element_size() < 4:
+        t = t.float()
+    return t.numpy()
 
 
-def _batch_length(spec: TableSpec, columns: Mapping[str, Any]) -> int:
-    n = None
-    for values in columns.values():
-        m = column_length(values)
-        if m is None or m == n:
-            continue
-        if n is not None:
-            lengths = {k: column_length(v) for k, v in columns.items()}
-            lengths = {k: v for k, v in lengths.items() if v is not None}
-            raise ValueError(
-                f"telemetry table {spec.name!r}: columns have different lengths {lengths}"
-            )
-        n = m
-    return 1 if n is None else n
+def column_length(values: Any) -> int | None:
+    """Rows in ``values``, or None for a scalar to broadcast (None included)."""
+    if values is None or isinstance(values, SCALARS):
+        return None
+    if isinstance(values, np.ndarray) or is_torch(values):
+        return None if values.ndim == 0 else int(values.shape[0])
+    return len(values)
 
 
-@functools.lru_cache(maxsize=256)
-def _checked_columns(table: str, names: tuple[str, ...]) -> TableSpec:
-    """``table``'s spec once ``names`` passed the column checks (cached per column set: a
-    training loop emits the same few sets every step; failures raise and are not cached)."""
+@lru_cache(maxsize=256)
+def _checked(table: str, names: tuple[str, ...]) -> TableSpec:
+    """``table``'s spec once the column names passed (cached per column set; failures raise)."""
     spec = table_spec(table)
-    unknown = sorted(name for name in names if not spec.has_column(name))
+    unknown = sorted(n for n in names if not spec.has_column(n))
     if unknown:
         raise ValueError(
             f"telemetry table {table!r}: unknown columns {unknown}; columns: {list(spec.column_names)}"
@@ -74,11 +81,300 @@ def _checked_columns(table: str, names: tuple[str, ...]) -> TableSpec:
 
 
 def check_batch(table: str, columns: Mapping[str, Any]) -> tuple[TableSpec, int]:
-    """The cheap structural checks of a batch: known table and columns, no ``run_id``, required
-    columns present, equal lengths. Returns the table's spec and the batch length. ``emit`` runs
-    these on the calling thread even when conversion is left to the background writer."""
-    spec = _checked_columns(table, tuple(columns))
-    return spec, _batch_length(spec, columns)
+    """The structural checks ``emit`` runs at once: known table and columns, required columns
+    present, equal lengths, 2-D only for list columns. Returns the spec and the batch length."""
+    spec = _checked(table, tuple(columns))
+    lengths = {}
+    for name, values in columns.items():
+        if (m := column_length(values)) is not None:
+            lengths[name] = m
+        ndim = getattr(values, "ndim", None)
+        if ndim is not None and ndim > 1 and not spec.column(name).is_list:
+            raise ValueError(f"telemetry table {table!r} column {name!r}: {ndim}-D, expected 1-D")
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"telemetry table {table!r}: columns have different lengths {lengths}")
+    return spec, next(iter(lengths.values()), 1)
+
+
+class BufferPool:
+    """Reusable memory for the copies ``snapshot`` makes: a step's large arrays are copied into
+    buffers the writer has released (pages already mapped) instead of fresh allocations, which
+    cost a page fault per 4 KiB (~0.1 s for a 1 M-token step on the CPU machine). Buffers are
+    bucketed by power-of-two size; at most ``per_size`` wait per bucket."""
+
+    MIN_BYTES = 1 << 16
+
+    def __init__(self, per_size: int = 32) -> None:
+        self.per_size = per_size
+        self._free: dict[int, collections.deque] = {}
+
+    def copy(self, a: np.ndarray, used: list[np.ndarray]) -> np.ndarray:
+        """A copy of ``a`` (C order); the buffer it lives in is appended to ``used``."""
+        if a.nbytes < self.MIN_BYTES:
+            return np.array(a, copy=True)
+        size = 1 << (a.nbytes - 1).bit_length()
+        try:
+            buf = self._free[size].pop()
+        except (KeyError, IndexError):
+            buf = np.empty(size, dtype=np.uint8)
+        used.append(buf)
+        out = buf[: a.nbytes].view(a.dtype).reshape(a.shape)
+        np.copyto(out, a)
+        return out
+
+    def release(self, used: list[np.ndarray]) -> None:
+        """Give back buffers once nothing reads them (the writer wrote their part)."""
+        for buf in used:
+            free = self._free.setdefault(buf.nbytes, collections.deque())
+            if len(free) < self.per_size:
+                free.append(buf)
+
+
+def snapshot(
+    table: str, columns: Mapping[str, Any], pool: BufferPool | None = None
+) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """``columns`` with every array copied (tensors as numpy), and the pool buffers used: the
+    caller may reuse its buffers once ``emit`` returns. Scalars, strings and pyarrow arrays are
+    immutable and kept."""
+    pool = pool or BufferPool(per_size=0)
+    out: dict[str, Any] = {}
+    used: list[np.ndarray] = []
+    for name, values in columns.items():
+        if is_torch(values):
+            values = _numpy(values, f"telemetry table {table!r} column {name!r}")
+        if isinstance(values, np.ma.MaskedArray):
+            mask = np.ma.getmaskarray(values)
+            data = pool.copy(np.ma.getdata(values), used)
+            values = np.ma.MaskedArray(data, mask=pool.copy(mask, used), copy=False)
+        elif isinstance(values, np.ndarray):
+            values = pool.copy(values, used)
+        elif isinstance(values, list | tuple):
+            values = list(values)
+        out[name] = values
+    return out, used
+
+
+def _micros(seconds: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    """Epoch seconds -> timestamp microseconds (NaN -> null)."""
+    s = seconds.astype(np.float64)
+    nan = np.isnan(s) if mask is None else np.isnan(s) | mask
+    return pa.array(np.rint(np.where(nan, 0.0, s) * 1e6).astype(np.int64), mask=nan)
+
+
+def _bad_row(a: np.ndarray, col: ColumnSpec) -> int | None:
+    """First value of ``a`` that an integer column cannot hold (out of range, fractional)."""
+    if not (pa.types.is_integer(col.type) and a.dtype.kind in "iuf"):
+        return None
+    info = np.iinfo(col.type.to_pandas_dtype())
+    bad = (a < info.min) | (a > info.max)
+    if a.dtype.kind == "f":
+        bad |= ~np.isfinite(a) | (a != np.floor(a))
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def _from_numpy(a: np.ndarray, col: ColumnSpec, mask: np.ndarray | None, where: str) -> pa.Array:
+    """A 1-D array (``mask``: True = null) as ``col``'s type."""
+    if pa.types.is_timestamp(col.type):
+        if a.dtype.kind == "M":
+            return pa.array(a.astype("datetime64[us]"), mask=mask).cast(col.type)
+        if a.dtype.kind in "iuf":
+            return _micros(a, mask).cast(col.type)
+    if col.enum is not None and a.dtype.kind in "iu":
+        if len(a) and (a.min() < 0 or a.max() >= len(col.enum)):
+            row = int(np.argmax((a < 0) | (a >= len(col.enum))))
+            raise ValueError(
+                f"{where}: enum code {a[row]} at row {row} is not in [0, {len(col.enum)}) "
+                f"(codes index {list(col.enum)})"
+            )
+        return pa.DictionaryArray.from_arrays(
+            pa.array(a.astype(np.int8, copy=False), mask=mask), col.enum_array
+        )
+    if pa.types.is_string(col.type) or a.dtype.kind in "OUS" or col.json:
+        values = a.tolist() if a.dtype.kind == "O" and col.json else a
+        return _from_list(values if mask is None else np.ma.array(a, mask=mask).tolist(), col)
+    target = np.dtype(col.type.to_pandas_dtype())
+    if a.dtype == target or np.can_cast(a.dtype, target, "safe"):
+        return pa.array(a.astype(target, copy=False), mask=mask)
+    try:
+        return pa.array(a, mask=mask).cast(col.type)  # safe: overflow and truncation raise
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        row = _bad_row(np.where(mask, 0, a) if mask is not None else a, col)
+        at = f" at row {row} (value {a[row].item()!r})" if row is not None else ""
+        raise ValueError(f"{where}: cannot store as {col.type}{at}: {e}") from e
+
+
+def _from_list(values: Any, col: ColumnSpec) -> pa.Array:
+    if col.json:
+        values = [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
+                  for v in values]  # fmt: skip
+    if pa.types.is_timestamp(col.type) and any(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    ):
+        return _micros(np.array([np.nan if v is None else v for v in values]), None).cast(col.type)
+    if (
+        col.enum is not None
+        and isinstance(values, list)
+        and values
+        and all(type(v) is int for v in values)
+    ):
+        return _from_numpy(np.asarray(values), col, None, "")
+    if pa.types.is_integer(col.value_type):  # pyarrow would truncate Python floats silently
+        arr = pa.array(values)
+        if not (pa.types.is_integer(arr.type) or pa.types.is_null(arr.type) or col.is_list):
+            raise ValueError(f"values of type {arr.type} for an integer column")
+        return arr.cast(col.type)
+    return pa.array(values, type=col.type)
+
+
+def _list_column(a: np.ndarray, mask: np.ndarray | None, col: ColumnSpec) -> pa.Array:
+    """[n, k] -> n lists of k (a masked entry is left out of its row's list)."""
+    n, k = a.shape
+    if mask is None:
+        offsets, flat = np.arange(0, n * k + 1, k, dtype=np.int32), a.reshape(-1)
+    else:
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum((~mask).sum(axis=1), out=offsets[1:])
+        flat = a[~mask]
+    values = _from_numpy(np.ascontiguousarray(flat), ColumnSpec("", col.value_type, ""), None, "")
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def to_arrow(values: Any, col: ColumnSpec, n: int, where: str) -> pa.Array:
+    """One column value (see the module docstring) as ``n`` rows of ``col``'s type."""
+    try:
+        if values is None:
+            return pa.nulls(n, type=col.type)
+        if isinstance(values, _ARROW):
+            arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+            if pa.types.is_dictionary(arr.type):
+                arr = arr.dictionary.take(arr.indices)
+            return arr if arr.type == col.type else arr.cast(col.type)
+        if is_torch(values):
+            values = _numpy(values, where)
+        if column_length(values) is None:  # a scalar: one row, repeated
+            if isinstance(values, np.ndarray | np.generic):
+                values = values.item()
+            one = to_arrow([values], col, 1, where)
+            if pa.types.is_string(one.type):  # n strings: one value and n 1-byte codes
+                return _repeated(one, n)
+            return one if n == 1 else one.take(pa.array(np.zeros(n, dtype=np.int32)))
+        if isinstance(values, np.ndarray):
+            mask = np.ma.getmask(values) if isinstance(values, np.ma.MaskedArray) else None
+            data = np.ma.getdata(values)
+            mask = None if mask is None or mask is np.ma.nomask or not mask.any() else mask
+            if col.is_list and data.ndim == 2:
+                return _list_column(data, mask, col)
+            if col.is_list or data.dtype.kind == "O" and not col.json:
+                return _from_list(np.ma.array(data, mask=mask).tolist(), col)
+            return _from_numpy(data, col, mask, where)
+        return _from_list(list(values), col)
+    except ValueError as e:
+        if str(e).startswith(where):
+            raise
+        raise ValueError(f"{where}: cannot convert to {col.type}: {e}") from e
+    except (pa.ArrowException, TypeError, OverflowError) as e:
+        raise ValueError(f"{where}: cannot convert to {col.type}: {e}") from e
+
+
+def _exempt(values: Any, col: ColumnSpec) -> bool:
+    """True when conversion alone proves the rules: enum codes without nulls."""
+    return (
+        col.enum is not None
+        and isinstance(values, np.ndarray)
+        and not isinstance(values, np.ma.MaskedArray)
+        and values.dtype.kind in "iu"
+    )
+
+
+def to_table(
+    spec: TableSpec,
+    columns: Mapping[str, Any],
+    n: int,
+    *,
+    run_id: str,
+    rank: int,
+    token_sample_rate: float = 1.0,
+) -> tuple[pa.Table, tuple[str, ...]]:
+    """A checked batch as a table with ``spec``'s full schema (sink-owned columns filled, absent
+    ones null, per-token rows outside the token sample dropped), and the names of the columns
+    the rules still have to check."""
+    given = dict(columns)
+    if spec.has_column("rank") and "rank" not in given:
+        given["rank"] = rank
+    where = f"telemetry table {spec.name!r}"
+    arrays = {
+        name: to_arrow(v, spec.column(name), n, f"{where} column {name!r}")
+        for name, v in given.items()
+    }
+    ids = arrays.get("sample_id")
+    if ids is not None and ids.null_count == 0 and (spec.per_token or spec.name == "samples"):
+        keep = keep_tokens_for(ids.to_numpy(), token_sample_rate)
+        if spec.per_token and not keep.all():
+            arrays = {name: a.filter(pa.array(keep)) for name, a in arrays.items()}
+            n = int(keep.sum())
+        if spec.name == "samples" and "tokens_sampled" not in arrays:
+            arrays["tokens_sampled"] = pa.array(keep)
+    arrays["run_id"] = _repeated(pa.array([run_id]), n)
+    out = [arrays[c.name] if c.name in arrays else _nulls(c.type, n) for c in spec.columns]
+    check = tuple(k for k, v in given.items() if not _exempt(v, spec.column(k)))
+    return pa.Table.from_arrays(out, schema=_schema(spec, tuple(a.type for a in out))), check
+
+
+def _repeated(one: pa.Array, n: int) -> pa.DictionaryArray:
+    """``n`` copies of a one-element string array, dictionary-encoded (no n strings built)."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int8)), one)
+
+
+@lru_cache(maxsize=256)
+def _nulls(type_: pa.DataType, n: int) -> pa.Array:
+    return pa.nulls(n, type=type_)  # cached: batches of one size recur every step
+
+
+@lru_cache(maxsize=256)
+def _schema(spec: TableSpec, types: tuple[pa.DataType, ...]) -> pa.Schema:
+    """``spec``'s schema with the types the arrays travel as: strings may be dictionary-encoded
+    (enum codes, repeated values); parts store them as strings (``parts.PartWriter``)."""
+    if types == tuple(spec.arrow_schema.types):
+        return spec.arrow_schema
+    return pa.schema(
+        [
+            pa.field(c.name, t, nullable=c.nullable)
+            for c, t in zip(spec.columns, types, strict=True)
+        ],
+        metadata=spec.arrow_schema.metadata,
+    )
+
+
+def unify(tables: list[pa.Table], spec: TableSpec) -> pa.Table:
+    """Batches of one table as one table (dictionary-encoded strings decoded where the batches
+    disagree on a column's type)."""
+    if len({t.schema for t in tables}) > 1:
+        tables = [t.cast(spec.arrow_schema) for t in tables]
+    return pa.concat_tables(tables)
+
+
+def violation(
+    table: pa.Table, spec: TableSpec, check: tuple[str, ...], vocab_size: int | None
+) -> tuple[str, int] | None:
+    """(error message, row) for the first row of ``table`` breaking a rule of a ``check``
+    column, or None. The message names table, column, rule, row, the row's sample_id or step,
+    and the value."""
+    rules = tuple(r for r in table_rules(spec.name, vocab_size) if r.column in check)
+    names = sorted({r.column for r in rules})
+    if not names:
+        return None
+    found = first_violation(pl.from_arrow(table.select(names)), rules)
+    if found is None:
+        return None
+    rule, row = found
+    ident = next((c for c in ("sample_id", "step") if c in table.column_names), None)
+    tag = "" if ident is None else f" ({ident} {table[ident][row].as_py()})"
+    value = table[rule.column][row].as_py()
+    message = (
+        f"telemetry table {spec.name!r} column {rule.column!r}: {rule.violation} at row {row}"
+        f"{tag}: value {value!r}"
+    )
+    return message, row
 
 
 def build_table(
@@ -90,43 +386,13 @@ def build_table(
     vocab_size: int | None = None,
     token_sample_rate: float = 1.0,
 ) -> pa.Table:
-    """Validate one batch for ``table`` and return it as a typed ``pa.Table`` (maybe 0 rows).
-
-    ``columns`` maps column name -> array-like [N] or scalar (broadcast). Raises ValueError naming
-    the table, the column and the first offending row's sample_id (or step).
-    """
+    """Check, convert and validate one batch for ``table`` (ValueError naming table, column,
+    rule, row and sample on bad input); the typed table (maybe 0 rows)."""
     spec, n = check_batch(table, columns)
-    given = dict(columns)
-    if spec.has_column("rank") and "rank" not in given:
-        given["rank"] = rank
-    arrays = screen_small(spec, given, n, vocab_size)  # None unless small and clearly valid
-    screened = arrays is not None
-    from_codes: set[str] = set()  # enum columns given as codes: ``to_arrow`` range-checks them
-    if not screened:
-        where = f"telemetry table {table!r}"
-        from_codes = {
-            name for name, v in given.items() if enum_codes(v, spec.column(name), where) is not None
-        }
-        arrays = {
-            name: to_arrow(values, spec.column(name), n, f"{where} column {name!r}")
-            for name, values in given.items()
-        }
-    ids = arrays.get("sample_id")
-    if ids is not None and ids.null_count == 0:
-        keep = keep_tokens_for(ids.to_numpy(), token_sample_rate)
-        if spec.per_token and not keep.all():
-            mask = pa.array(keep)
-            arrays = {name: arr.filter(mask) for name, arr in arrays.items()}
-            n = int(keep.sum())
-        if table == "samples" and "tokens_sampled" not in arrays:
-            arrays["tokens_sampled"] = pa.array(keep)
-    row_col = "sample_id" if "sample_id" in arrays else "step" if "step" in arrays else None
-    row_ids = (row_col, arrays[row_col]) if row_col else None
-    if not screened:  # the small-batch screen already proved every rule
-        for name, arr in arrays.items():
-            if name in from_codes:
-                continue  # no nulls, every code in range: nothing left to check
-            check_column(table, spec.column(name), arr, row_ids=row_ids, vocab_size=vocab_size)
-    arrays["run_id"] = _constant_string(run_id, n)
-    out = [arrays[c.name] if c.name in arrays else _nulls(c.type, n) for c in spec.columns]
-    return pa.Table.from_arrays(out, schema=spec.arrow_schema)
+    out, check = to_table(
+        spec, columns, n, run_id=run_id, rank=rank, token_sample_rate=token_sample_rate
+    )
+    bad = violation(out, spec, check, vocab_size)
+    if bad is not None:
+        raise ValueError(bad[0])
+    return out.cast(spec.arrow_schema)

@@ -1,7 +1,8 @@
 """``closedloop telemetry verify``: decode every committed part and the compacted database.
 
 Reports corrupt parts (e.g. truncated by a disk-full crash), a compacted database that does not
-open, and leftover tmp files from crashed writers (harmless: readers never see them).
+open, leftover tmp files from crashed writers and parts a live merge covers that are not pruned
+yet (both harmless: readers never see them).
 Simplification: checks readability, not the values (that is what ``contracts/`` does).
 """
 
@@ -33,6 +34,8 @@ class VerifyReport:
     rows: int
     corrupt: list[PartStatus] = field(default_factory=list)
     tmp_files: list[Path] = field(default_factory=list)
+    covered: int = 0
+    """Parts hidden by a merged part that covers them (pruned later)."""
     db_error: str | None = None
     """Why the compacted database (named by the manifest) could not be read, if it could not."""
 
@@ -46,6 +49,8 @@ class VerifyReport:
         if self.db_error is not None:
             out.append(f"CORRUPT {self.run_dir / DB_NAME}: {self.db_error}")
         out += [f"leftover tmp file (ignored by readers) {p}" for p in self.tmp_files]
+        if self.covered:
+            out.append(f"{self.covered} parts covered by merged parts (ignored by readers)")
         out.append("OK" if self.ok else "FAILED")
         return out
 
@@ -77,5 +82,6 @@ def verify(run: str | os.PathLike, *, full: bool = True) -> VerifyReport:
         rows=sum(s.rows for s in statuses if s.rows is not None),
         corrupt=[s for s in statuses if s.error is not None],
         tmp_files=sorted([*root.glob("*/.*.tmp"), *run_dir.glob(f".{DB_NAME}.*")]),
+        covered=sum(len(list_parts(run_dir, name, covered=True)) for name in TABLES),
         db_error=_check_db(run_dir),
     )

@@ -1,20 +1,16 @@
-"""``DuckDBTelemetry``: the ``--telemetry duckdb`` sink — validated batches, background Parquet writes.
+"""``DuckDBTelemetry``: the ``--telemetry duckdb`` sink — columns in, atomic Parquet parts out.
 
-The training thread checks a batch's structure (table, columns, lengths: ``records.check_batch``)
-and hands it to a background writer, which converts and validates each table's pending batches in
-one call at flush time and writes atomic parts (``batcher.PendingTables``, ``parts``). A batch that
-fails is rejected alone and raises ``RejectedBatch`` at the training thread's next telemetry call.
-Batches above ``config.defer_rows`` rows (0: all) are instead converted and validated inside
-``emit``, and their errors raise at the call site.
-
-The writer (``writer_thread.WriterThread``) writes a table's part when it reaches ``flush_rows``,
-when the oldest pending batch is ``flush_seconds`` old, at ``step_end`` / ``flush`` and at
-``close``, and blocks ``emit`` when it cannot keep up (backpressure: nothing is dropped). The two
-time thresholds are paced (``pacing.FlushPacer``): stretched, up to ``max_flush_seconds``, while
-flushes cost the writer more CPU than ``writer_cpu_budget`` of wall time.
+The training thread checks a batch's structure (table, columns, lengths), copies its arrays and
+appends it to a queue; one background thread converts, validates (``records``, the column rules
+of ``rules``) and writes a part per table (``parts``). It writes at the first ``step_end`` at
+least ``flush_seconds`` after its previous write, when the oldest queued row is ``flush_seconds``
+old (its own timer: a stalled loop), once ``flush_rows`` rows are queued, at ``flush`` and at
+``close``; then it merges its small parts (``parts.Merger``). The queue is bounded
+(``MAX_QUEUED_BYTES``): ``emit`` blocks while it is full (backpressure, nothing is dropped). A
+batch that breaks a rule is rejected alone and raises ``RejectedBatch`` at the next telemetry
+call. The hand-off is a ``collections.deque`` plus ``queue.SimpleQueue`` (reentrant C code), so
 ``close`` is safe inside a signal handler.
-Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close),
-from the training process.
+Simplification: only rank 0 writes ``runs`` rows (``running`` at start, the final status at close).
 """
 
 from __future__ import annotations
@@ -24,6 +20,8 @@ import collections
 import dataclasses
 import json
 import os
+import queue
+import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -33,12 +31,18 @@ from typing import Any
 import pyarrow as pa
 
 from observability.config import TelemetryConfig
-from observability.merge import snapshot
-from observability.parts import PartWriter
-from observability.records import build_table, check_batch
+from observability.parts import Merger, PartWriter
+from observability.records import (
+    BufferPool,
+    build_table,
+    check_batch,
+    snapshot,
+    to_table,
+    unify,
+    violation,
+)
 from observability.schema import SCHEMA_VERSION, table_spec
 from observability.unrecorded import unrecorded_names
-from observability.writer_thread import WriterThread
 
 RUN_INFO_KEYS = (
     "config",
@@ -56,6 +60,10 @@ RUN_INFO_KEYS = (
 )
 """Keys ``run_info`` may hold (the ``runs`` columns the caller knows; the rest are the sink's)."""
 
+MAX_QUEUED_BYTES = 1 << 30
+"""Bytes of emitted batches not yet written beyond which ``emit`` blocks (backpressure)."""
+_POOL = BufferPool()
+"""Memory for ``emit``'s copies, shared by the sinks of the process (``records.BufferPool``)."""
 _CLOSE_TIMEOUT_S = 120.0
 
 
@@ -72,6 +80,14 @@ def _config_json(config: Any) -> str | None:
     return json.dumps(config, sort_keys=True, default=str)
 
 
+def _nbytes(columns: Mapping[str, Any], n: int) -> int:
+    """About how much memory a snapshot holds (arrays exactly, lists 8 bytes a value)."""
+    return sum(
+        v.nbytes if hasattr(v, "nbytes") else 8 * n if isinstance(v, list) else 8
+        for v in columns.values()
+    )
+
+
 class DuckDBTelemetry:
     """Telemetry sink writing ``RUN_DIR/telemetry/<table>/part-*.parquet`` for one rank.
 
@@ -83,7 +99,7 @@ class DuckDBTelemetry:
             may be a dict, a dataclass or a JSON string; ``vocab_size`` enables token-id checks;
             ``unrecorded`` lists the tables / ``table.column`` names the caller never records
             (``observability.unrecorded``).
-        config: sampling / flushing / queueing knobs.
+        config: sampling and flushing.
     """
 
     def __init__(
@@ -111,81 +127,73 @@ class DuckDBTelemetry:
         self.vocab_size = info.get("vocab_size")
         self._info = info
         self._parts = PartWriter(run_dir, rank=rank)
+        self._merger = Merger(self._parts, max_rows=self.config.flush_rows)
         self._started_at = time.time()
-        self._last_step_flush = float("-inf")
-        self.step_flushes = 0
-        """How many ``step_end`` calls asked the writer to flush (the others were within
-        ``step_flush_min_seconds`` of the previous one)."""
+        # training thread -> writer: batches (deque) and control messages (SimpleQueue)
+        self._batches: collections.deque = (
+            collections.deque()
+        )  # (table, columns, n, bytes, buffers)
+        self._control: queue.SimpleQueue = queue.SimpleQueue()
+        self._progress: queue.SimpleQueue = queue.SimpleQueue()  # one token per write
+        self._oldest: float | None = None  # emit time of the oldest batch since the last write
+        self._last_write = time.monotonic()  # set by the writer when it starts writing
+        self._rows = 0  # rows emitted since the last flush request (training thread only)
+        self._put_bytes = 0  # written by the training thread only
+        self._done_bytes = 0  # written by the writer thread only
+        self._answers: list[tuple[str, BaseException]] = []  # ("rejected" | "error", exc)
+        self._rejected: collections.deque = collections.deque()
         self._error: BaseException | None = None  # a failed part write: the sink is broken
-        self._rejected: collections.deque = collections.deque()  # batches the writer refused
         self._closed = False
         self._write_run_row("running")
-        self._writer = WriterThread(
-            self.run_dir,
-            run_id=self.run_id,
-            rank=rank,
-            vocab_size=self.vocab_size,
-            config=self.config,
+        self._thread = threading.Thread(
+            target=self._loop, name=f"telemetry-writer-r{rank}", daemon=True
         )
+        self._thread.start()
         atexit.register(self._at_exit)
 
     # -- training-thread API ------------------------------------------------------------------
 
     def emit(self, table: str, columns: Mapping[str, Any]) -> None:
-        """Queue one columnar batch for ``table``; blocks while the queue is full.
+        """Queue one columnar batch for ``table`` (``records`` lists the accepted column values).
 
         Structural errors (unknown table or column, missing required column, unequal lengths)
-        raise here. Values of a batch above ``config.defer_rows`` rows are converted and validated
-        here too; smaller batches by the writer, and a rejected one raises at the next call
-        (``RejectedBatch``).
+        raise here; a value that breaks a rule raises ``RejectedBatch`` at the next call.
+        Blocks while ``MAX_QUEUED_BYTES`` wait for the writer.
         """
         self._check_open()
         if table == "runs":
             raise ValueError("telemetry table 'runs' is written by the sink (use run_info)")
         n = check_batch(table, columns)[1]
-        if n > self.config.defer_rows:
-            batch: pa.Table | dict = self._writer.tables.build(table, columns)
-            n = batch.num_rows
-        else:
-            batch = snapshot(table, columns)
-        if n:
-            self._writer.batch(table, batch, n)
+        if n == 0:
+            return
+        self._wait_for_room()
+        batch, buffers = snapshot(table, columns, _POOL)
+        nbytes = _nbytes(batch, n)
+        self._batches.append((table, batch, n, nbytes, buffers))
+        self._put_bytes += nbytes
+        if self._oldest is None:
+            self._oldest = time.monotonic()
+            self._control.put(("oldest", self._oldest))  # the writer's timer starts
+        self._rows += n
+        if self._rows >= self.config.flush_rows:
+            self._request()
 
     def step_end(self, step: int) -> None:
-        """End of optimizer step ``step``: write every pending row (asynchronously).
-
-        Steps shorter than ``config.step_flush_min_seconds`` are not flushed one by one (each
-        flush is an fsync'd part per table); their rows go out with a later step end or the
-        ``flush_seconds`` timer, so a live reader still lags by at most that interval. Both
-        intervals are stretched by the writer's pacer while flushes cost more than
-        ``config.writer_cpu_budget`` (``flush_interval_s``).
-        """
+        """End of optimizer step ``step``: write the pending rows (asynchronously) if the
+        previous write is at least ``flush_seconds`` old."""
         self._check_open()
-        now = time.monotonic()
-        min_seconds = self.config.step_flush_min_seconds * self._writer.pacer.stretch
-        if now - self._last_step_flush < min_seconds:
-            return
-        self._last_step_flush = now
-        self.step_flushes += 1
-        self._writer.request_flush()
-
-    @property
-    def flush_interval_s(self) -> float:
-        """The writer's current time threshold: ``config.flush_seconds`` stretched by its pacer
-        (at most ``config.max_flush_seconds``), about how far a live reader lags."""
-        return self._writer.pacer.interval
-
-    def writer_cpu_seconds(self) -> float | None:
-        """CPU seconds the background writer thread has used so far (None where unmeasurable or
-        after ``close``): what the sink costs beyond the time ``emit`` and ``step_end`` take."""
-        return self._writer.cpu_seconds()
+        elapsed = time.monotonic() - self._last_write
+        if self._oldest is not None and elapsed >= self.config.flush_seconds:
+            self._request()
 
     def flush(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
         """Block until every batch emitted so far is in a committed part file."""
         self._check_open()
-        done = self._writer.flush(timeout)
+        done = threading.Event()
+        self._request(done)
+        finished = done.wait(timeout)
         self._collect()
-        if not done:
+        if not finished:
             raise RuntimeError(f"telemetry flush did not finish within {timeout} s")
         self._raise_if_failed()
         self._raise_rejected()
@@ -206,9 +214,10 @@ class DuckDBTelemetry:
             return
         self._closed = True
         atexit.unregister(self._at_exit)
-        stopped = self._writer.stop(_CLOSE_TIMEOUT_S)
+        self._control.put(("stop", None))
+        self._thread.join(_CLOSE_TIMEOUT_S)
         self._collect()
-        if not stopped:
+        if self._thread.is_alive():
             warnings.warn(
                 "telemetry writer did not stop in time; pending rows may be lost", stacklevel=2
             )
@@ -225,7 +234,41 @@ class DuckDBTelemetry:
         self._raise_if_failed()
         self._raise_rejected()
 
-    # -- internals ----------------------------------------------------------------------------
+    def writer_cpu_seconds(self) -> float | None:
+        """CPU seconds the background writer thread has used so far (None where the OS has no
+        per-thread clock, or after ``close``): the sink's cost beyond ``emit`` and ``step_end``."""
+        ident = self._thread.ident
+        if (
+            ident is None
+            or not self._thread.is_alive()
+            or not hasattr(time, "pthread_getcpuclockid")
+        ):
+            return None
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+        except OSError:
+            return None
+
+    # -- training-thread internals ------------------------------------------------------------
+
+    def _request(self, done: threading.Event | None = None) -> None:
+        self._rows = 0
+        self._control.put(("write", done))
+
+    def _wait_for_room(self) -> None:
+        """Backpressure: block while more than ``MAX_QUEUED_BYTES`` wait for the writer."""
+        asked = False
+        while self._put_bytes - self._done_bytes > MAX_QUEUED_BYTES:
+            if not asked:
+                self._request()
+                asked = True
+            try:
+                self._progress.get(timeout=0.5)
+            except queue.Empty:
+                self._collect()
+                self._raise_if_failed()
+                if not self._thread.is_alive():
+                    raise RuntimeError("telemetry writer thread is gone") from None
 
     def _check_open(self) -> None:
         if not self._closed:
@@ -234,6 +277,15 @@ class DuckDBTelemetry:
         if self._closed:
             raise RuntimeError(f"telemetry for run {self.run_id!r} is closed")
         self._raise_rejected()
+
+    def _collect(self) -> None:
+        """Take over the writer's reports (rejected batches, a failed part write)."""
+        while self._answers:
+            kind, e = self._answers.pop(0)  # atomic: the writer thread may append meanwhile
+            if kind == "rejected":
+                self._rejected.append(e)
+            elif self._error is None:
+                self._error = e
 
     def _raise_rejected(self) -> None:
         """Raise (once) the first batch the writer rejected since the last call."""
@@ -247,16 +299,6 @@ class DuckDBTelemetry:
             f"{errors[0]}{more} [rejected by the background writer; the batch was emitted before "
             "this call, nothing else was lost]"
         ) from errors[0]
-
-    def _collect(self) -> None:
-        """Take over the writer's reports (rejected batches, a failed part write)."""
-        answers = self._writer.answers
-        while answers:
-            kind, e = answers.pop(0)  # atomic: the writer thread may append meanwhile
-            if kind == "rejected":
-                self._rejected.append(e)
-            elif self._error is None:
-                self._error = e
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -283,3 +325,79 @@ class DuckDBTelemetry:
         )
         batch = build_table("runs", row, run_id=self.run_id, rank=self.rank)
         self._parts.write(batch, table_spec("runs"))
+
+    # -- the writer thread --------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        deadline = None  # when the oldest queued batch is flush_seconds old
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                kind, arg = self._control.get(timeout=timeout)
+            except queue.Empty:
+                kind, arg = "write", None
+            if kind == "oldest":
+                deadline = arg + self.config.flush_seconds if deadline is None else deadline
+                continue
+            deadline = None
+            try:
+                self._write_all()
+            except BaseException as e:  # surfaced to the training thread by its next call
+                self._answers.append(("error", e))
+            if arg is not None:
+                arg.set()
+            if kind == "stop":
+                return
+
+    def _write_all(self) -> None:
+        """Convert, validate and write every queued batch: one part per table, then merge."""
+        self._oldest = None  # before draining: a batch queued after this starts a new timer
+        if self._batches:
+            self._last_write = time.monotonic()
+        by_table: dict[str, list[tuple[pa.Table, tuple[str, ...]]]] = {}
+        done, buffers = 0, []
+        while self._batches:
+            table, columns, n, nbytes, used = self._batches.popleft()
+            done += nbytes
+            buffers += used
+            try:
+                converted = to_table(
+                    table_spec(table),
+                    columns,
+                    n,
+                    run_id=self.run_id,
+                    rank=self.rank,
+                    token_sample_rate=self.config.token_sample_rate,
+                )
+            except Exception as e:  # noqa: BLE001 - surfaced to the training thread
+                self._answers.append(("rejected", e))
+                continue
+            by_table.setdefault(table, []).append(converted)
+        for table in list(by_table):
+            data = self._validated(table, by_table.pop(table))
+            if data is not None and data.num_rows:
+                path, seq = self._parts.write(data, table_spec(table))
+                self._merger.add(table, path, seq, data.num_rows)
+            del data  # the last reference to the snapshot's buffers
+        _POOL.release(buffers)
+        self._done_bytes += done
+        self._progress.put(None)
+        self._merger.prune()
+
+    def _validated(self, table: str, batches: list) -> pa.Table | None:
+        """The batches that pass every rule, joined; each failing batch is rejected alone."""
+        spec = table_spec(table)
+        while batches:
+            data = unify([b for b, _ in batches], spec)
+            check = tuple({name for _, names in batches for name in names})
+            bad = violation(data, spec, check, self.vocab_size)
+            if bad is None:
+                return data
+            row, i = bad[1], 0
+            while row >= batches[i][0].num_rows:
+                row -= batches[i][0].num_rows
+                i += 1
+            own = violation(batches[i][0], spec, batches[i][1], self.vocab_size)
+            self._answers.append(("rejected", ValueError(own[0] if own else bad[0])))
+            del batches[i]
+        return None

@@ -13,10 +13,10 @@ Design:
 - Timestamps are ``time.monotonic_ns()`` (an injectable clock); ``event_id`` is strictly
   increasing per ledger and orders events that share a timestamp.
 - Events are buffered until :meth:`MemoryLedger.flush_to`; the ledger keeps no event history.
-- The sink gets ``memory_events`` as typed columns (:mod:`core.memory.columns`): ``ts`` as epoch
+- The sink gets ``memory_events`` as plain columns (:mod:`core.memory.columns`): ``ts`` as epoch
   datetime64[us] (the monotonic clock anchored to the wall clock once, at ledger creation, so event
-  order is kept), ``logical_shape`` as an Arrow list of ints, integers as numpy arrays and the
-  recurring strings dictionary-encoded; :meth:`pending_columns` keeps the raw ns / string form.
+  order is kept), integers as numpy arrays, shapes and strings as lists;
+  :meth:`pending_columns` keeps the raw ns / string form.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from core.memory.categories import CATEGORIES
 from core.memory.columns import telemetry_columns, transposed
 from core.memory.events import MemoryEvent
 from core.memory.peak import Peak, PeakTracker
-from observability.dictionary import StringDictionary
 
 
 class LedgerError(RuntimeError):
@@ -99,7 +98,6 @@ class MemoryLedger:
         self._live: dict[str, MemoryObject] = {}
         self._freed: set[str] = set()
         self._pending: list[MemoryEvent] = []
-        self._strings: dict[str, StringDictionary] = {}  # interned per column, for the sink
         self._by_category: Counter[str] = Counter()
         self._by_owner: Counter[str] = Counter()
         self._by_pair: Counter[tuple[str, str]] = Counter()
@@ -358,12 +356,9 @@ class MemoryLedger:
         return cols
 
     def telemetry_columns(self) -> dict[str, Any]:
-        """Buffered events as typed ``memory_events`` columns for the sink (numpy integers, epoch
-        ``ts``, an Arrow list ``logical_shape``, dictionary-encoded recurring strings:
-        :func:`core.memory.columns.telemetry_columns`)."""
-        return telemetry_columns(
-            self._pending, epoch_offset_ns=self._epoch_offset_ns, strings=self._strings
-        )
+        """Buffered events as ``memory_events`` columns for the sink (numpy integers, epoch
+        ``ts``: :func:`core.memory.columns.telemetry_columns`)."""
+        return telemetry_columns(self._pending, epoch_offset_ns=self._epoch_offset_ns)
 
     # ------------------------------------------------------------------ output
     def flush_events_to(self, telemetry: Any) -> int:

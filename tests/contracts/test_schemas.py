@@ -1,4 +1,5 @@
-"""pandera models derived from the telemetry schema, and streamed part-by-part validation."""
+"""pandera models built from the column rules (``observability.rules``), and streamed part-by-part
+validation."""
 
 import polars as pl
 import pytest
@@ -9,6 +10,7 @@ from contracts.validate import validate_table
 from observability import DuckDBTelemetry, TelemetryConfig
 from observability.parts import PartWriter, list_parts
 from observability.records import build_table
+from observability.rules import column_rules
 from observability.schema import TABLES, table_spec
 from tests.observability.fakes import VOCAB, valid_columns
 
@@ -48,6 +50,8 @@ def test_models_mirror_the_schema_and_accept_valid_rows(table):
     assert schema.strict is True
     for col in spec.columns:
         assert schema.columns[col.name].nullable == col.nullable
+        checks = {c.name for c in schema.columns[col.name].checks}
+        assert checks == {r.name for r in column_rules(col) if r.kind != "not_null"}
     assert failures(table, frame(table)) == set()
 
 
@@ -69,18 +73,18 @@ def test_each_column_rule_catches_exactly_its_row():
         pos=(4, -1),  # min 0
     )
     assert failures("tokens", df) == {
-        ("token_id", "less_than(100)", 0),
+        ("token_id", "< vocab_size 100", 0),
         ("role", "isin(['prompt', 'action', 'observation', 'summary', 'padding', 'tail'])", 1),
-        ("train_logp", "<= 0", 2),
+        ("train_logp", "<= 0.0", 2),
         ("rollout_logp", "finite", 3),
-        ("pos", "greater_than_or_equal_to(0)", 4),
+        ("pos", ">= 0", 4),
     }
 
 
 def test_vocab_rule_only_when_the_run_declares_a_vocabulary():
     df = frame("tokens", token_id=(0, 10_000))
     assert failures("tokens", df, vocab_size=None) == set()
-    assert ("token_id", "less_than(100)", 0) in failures("tokens", df)
+    assert ("token_id", "< vocab_size 100", 0) in failures("tokens", df)
 
 
 def test_nan_passes_float_bounds_but_not_finite():
@@ -89,7 +93,7 @@ def test_nan_passes_float_bounds_but_not_finite():
     steps = frame("steps", masked_fraction=(0, float("nan")), mismatch_abs_mean=(1, float("nan")))
     assert failures("steps", steps) == set()
     steps = frame("steps", masked_fraction=(0, 1.5))
-    assert failures("steps", steps) == {("masked_fraction", ">= 0 and <= 1", 0)}
+    assert failures("steps", steps) == {("masked_fraction", "<= 1.0", 0)}
     tokens = frame("tokens", old_logp=(5, float("nan")))
     assert failures("tokens", tokens) == {("old_logp", "finite", 5)}
 

@@ -18,15 +18,12 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--flush-seconds", type=float, default=0.05)
     p.add_argument("--sleep", type=float, default=0.01)
-    p.add_argument("--cpu-budget", type=float, default=0.0, help="writer_cpu_budget (0: unpaced)")
     p.add_argument("--durable-every", type=int, default=0)
     p.add_argument("--signals", action="store_true")
     p.add_argument("--no-step-end", action="store_true", help="never flush at step end")
     p.add_argument("--report-emitted", action="store_true", help="print 'emitted N' per step")
     a = p.parse_args()
-    config = TelemetryConfig(
-        flush_seconds=a.flush_seconds, writer_cpu_budget=a.cpu_budget, compact_on_close=False
-    )
+    config = TelemetryConfig(flush_seconds=a.flush_seconds, compact_on_close=False)
     tel = DuckDBTelemetry(a.run_dir, run_id="shared", rank=a.rank, world_size=a.world_size,
                           run_info={"vocab_size": 1000}, config=config)  # fmt: skip
     if a.signals:

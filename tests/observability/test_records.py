@@ -1,4 +1,4 @@
-"""Conversion and validation of emitted batches: accepted inputs and bad-record messages."""
+"""Producer columns -> typed tables: the column convention, and bad-record messages."""
 
 import numpy as np
 import pyarrow as pa
@@ -7,7 +7,6 @@ import torch
 
 from observability.records import build_table
 from observability.schema import TABLES
-from observability.validate import first_true
 from tests.observability.fakes import VOCAB, valid_columns
 
 
@@ -51,11 +50,55 @@ def test_inputs_scalars_tensors_and_defaults():
     assert topk["indices"].to_pylist() == [[5, 1], [3, 4]]
 
 
-def test_caller_buffers_are_copied():
-    logp = -np.ones(6, dtype=np.float32)
-    t = build("tokens", tokens(rollout_logp=logp))
-    logp[:] = -7.0  # the loop reuses its buffer after emit
-    assert t["rollout_logp"].to_pylist() == [-1.0] * 6
+def test_the_column_convention():
+    """(a) arrays / tensors, (b) broadcast scalars, (c) None, (d) masked arrays, (e) str lists and
+    arrays, (f) enum strings or codes, (g) 2-D list columns; datetimes and datetime64."""
+    from datetime import UTC, datetime
+
+    t = build("tokens", tokens(
+        old_logp=None,  # (c) all null
+        teacher_logp=np.ma.MaskedArray(-np.ones(6), mask=[0, 1, 0, 0, 0, 1]),  # (d)
+        teacher_id=np.array(["t0", "t1", "t0", "t1", "t0", "t1"]),  # (e) an ndarray of str
+        mask_reason=torch.tensor([0, 1, 0, 2, 3, 5]),  # (f) codes as a tensor
+        role=np.array(["prompt", "action", "action", "action", "prompt", "action"]),  # (f)
+    ))  # fmt: skip
+    assert t["old_logp"].null_count == 6
+    assert t["teacher_logp"].to_pylist() == [-1.0, None, -1.0, -1.0, -1.0, None]
+    assert t["teacher_id"].to_pylist()[:2] == ["t0", "t1"]
+    assert t["mask_reason"].to_pylist() == [
+        "kept",
+        "icepop",
+        "kept",
+        "dis_low",
+        "dis_high",
+        "stale",
+    ]
+    assert t["role"].to_pylist()[:2] == ["prompt", "action"]
+    topk = {"step": 0, "sample_id": [1, 2, 3], "pos": 0, "engine": np.array([0, 1, 0]), "k": 2}
+    indices = np.array([[5, 1], [3, 4], [7, 8]], dtype=np.int64)
+    assert build("topk", dict(topk, indices=indices))["indices"].to_pylist() == [
+        [5, 1], [3, 4], [7, 8]
+    ]  # fmt: skip
+    masked = np.ma.MaskedArray(indices, mask=[[0, 0], [1, 1], [0, 1]])  # masked: left out
+    assert build("topk", dict(topk, indices=masked))["indices"].to_pylist() == [[5, 1], [], [7]]
+    lists = build(
+        "topk", dict(topk, indices=[[5, 1], [], [7]], engine=["train", "rollout", "train"])
+    )
+    assert lists["indices"].to_pylist() == [[5, 1], [], [7]]
+    assert lists["engine"].to_pylist() == ["train", "rollout", "train"]  # (f) a list of str
+    when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    syncs = {"sync_id": [0, 1], "policy_version": 1, "phase": ["gather", "ack"]}
+    for ts in (when, [when, when], np.array([when.replace(tzinfo=None)] * 2, "datetime64[ns]")):
+        got = build("weight_syncs", dict(syncs, ts=ts))["ts"].to_pylist()
+        assert got == [when, when]
+    cfg = build("runs", {"schema_version": 1, "started_at": when, "updated_at": when,
+                         "world_size": 1, "status": "running", "config": {"b": 1, "a": 2}})  # fmt: skip
+    assert cfg["config"].to_pylist() == ['{"a": 2, "b": 1}']  # JSON columns take dicts
+
+
+def test_pyarrow_arrays_are_accepted_too():
+    t = build("tokens", tokens(rollout_logp=pa.array([-1.0, None, -1, -1, -1, -1])))
+    assert t["rollout_logp"].type == pa.float32() and t["rollout_logp"].null_count == 1
 
 
 @pytest.mark.parametrize(
@@ -109,16 +152,6 @@ def test_token_sampling_filters_per_token_tables_and_marks_samples():
     kept = np.asarray(s["tokens_sampled"])
     assert s.num_rows == 1000  # samples stay exact
     np.testing.assert_array_equal(t["sample_id"].to_numpy(), ids[kept])
-
-
-def test_first_true_matches_a_loop():
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        mask = rng.random(50) < 0.05
-        nulls = rng.random(50) < 0.2
-        arr = pa.array(mask, mask=nulls)
-        loop = next((i for i in range(50) if mask[i] and not nulls[i]), None)
-        assert first_true(arr) == loop
 
 
 def test_structural_errors_repeat_and_lengths_name_every_column():

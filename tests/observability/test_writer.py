@@ -1,9 +1,11 @@
 """The background writer: round trips, flush triggers, backpressure, bad input, close."""
 
 import json
+import threading
 import time
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from observability import DuckDBTelemetry, TelemetryConfig, open_run
@@ -67,77 +69,102 @@ def test_runs_rows_track_status_and_config(tmp_path):
         tel.close("ok")
 
 
-def test_flush_on_rows_seconds_and_step_end(tmp_path):
+def wait_for_parts(run, table, n=1, timeout=30.0):
+    """Poll until ``table`` has ``n`` parts (the writer works asynchronously); no timing asserted."""
+    deadline = time.monotonic() + timeout
+    while len(list_parts(run, table)) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return list_parts(run, table)
+
+
+def test_flush_on_rows_timer_and_step_end(tmp_path):
     rows = sink(tmp_path, name="rows", config=TelemetryConfig(flush_rows=10, flush_seconds=60))
-    for i in range(3):
+    for i in range(2):
         rows.emit("samples", valid_columns(TABLES["samples"], 6, start_id=6 * i))
-    rows.flush()
-    # 6 rows pending, 12 -> part (threshold 10), 6 pending at flush() -> part: two parts.
-    assert [p.name.startswith("part-r0000") for p in list_parts(tmp_path / "rows", "samples")] == [
-        True
-    ] * 2
+    # 12 rows reach flush_rows (10): written without a step end or flush()
+    (part,) = wait_for_parts(tmp_path / "rows", "samples")
+    assert pq.read_metadata(part).num_rows == 12
     rows.close()
     timed = sink(tmp_path, name="timed", config=TelemetryConfig(flush_seconds=0.1))
     timed.emit("samples", valid_columns(TABLES["samples"], 3))
-    deadline = time.monotonic() + 5
-    while not list_parts(tmp_path / "timed", "samples") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(list_parts(tmp_path / "timed", "samples")) == 1  # written by the timer alone
+    assert len(wait_for_parts(tmp_path / "timed", "samples")) == 1  # the writer's timer alone
     timed.close()
     stepped = sink(tmp_path, name="stepped", config=TelemetryConfig(flush_seconds=60))
     stepped.emit("samples", valid_columns(TABLES["samples"], 3))
+    stepped._last_write -= 61  # the previous write is flush_seconds old: step_end writes
     stepped.step_end(0)
-    stepped.step_end(1)  # within step_flush_min_seconds (2 s) of the first: no second flush
-    assert stepped.step_flushes == 1
-    deadline = time.monotonic() + 5
-    while not list_parts(tmp_path / "stepped", "samples") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(list_parts(tmp_path / "stepped", "samples")) == 1
+    assert len(wait_for_parts(tmp_path / "stepped", "samples")) == 1
     stepped.close()
 
 
-def test_backpressure_blocks_instead_of_dropping(tmp_path, monkeypatch):
-    tel = sink(
-        tmp_path, config=TelemetryConfig(queue_max_batches=1, flush_rows=1, compact_on_close=False)
-    )
-    real_write = tel._writer.tables.parts.write
-
-    def slow_write(table, spec):
-        time.sleep(0.05)
-        return real_write(table, spec)
-
-    monkeypatch.setattr(tel._writer.tables.parts, "write", slow_write)
-    t0 = time.monotonic()
-    for i in range(6):
-        tel.emit("samples", valid_columns(TABLES["samples"], 2, start_id=2 * i))
-    # One batch in the writer + one queued: emitting 6 must wait for ~4 writes of 50 ms.
-    assert time.monotonic() - t0 > 0.15
+def test_step_end_within_flush_seconds_of_a_write_leaves_rows_queued(tmp_path):
+    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, compact_on_close=False))
+    tel.emit("samples", valid_columns(TABLES["samples"], 3))
+    tel.step_end(0)  # the sink started < 60 s ago: no write requested
+    assert tel._control.qsize() == 1  # only the writer's timer start ("oldest")
     tel.close()
-    assert open_run(tmp_path / "run").execute("SELECT count(*) FROM samples").fetchall() == [(12,)]
+    assert len(list_parts(tmp_path / "run", "samples")) == 1  # written at close
 
 
-@pytest.mark.parametrize("defer_rows", [0, 3, 4], ids=["on_emit", "large_on_emit", "in_writer"])
-def test_rejected_batch_keeps_earlier_data_and_the_writer_working(tmp_path, defer_rows):
-    check_on_emit = defer_rows < 4  # batches of 4 rows
-    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, defer_rows=defer_rows))
+class _Progress:
+    """The sink's progress queue, flagging when ``emit`` waits on it (backpressure)."""
+
+    def __init__(self, real):
+        self.real, self.waiting = real, threading.Event()
+
+    def get(self, timeout=None):
+        self.waiting.set()
+        return self.real.get(timeout=timeout)
+
+    def put(self, item):
+        self.real.put(item)
+
+
+def test_backpressure_blocks_emit_until_the_writer_drains(tmp_path, monkeypatch):
+    from observability import writer
+
+    monkeypatch.setattr(writer, "MAX_QUEUED_BYTES", 1)  # any queued batch fills the queue
+    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, compact_on_close=False))
+    entered, release = threading.Event(), threading.Event()
+    real_write = tel._parts.write
+
+    def held_write(table, spec, **kw):
+        entered.set()
+        assert release.wait(30)
+        return real_write(table, spec, **kw)
+
+    monkeypatch.setattr(tel._parts, "write", held_write)
+    tel._progress = _Progress(tel._progress)
+    tel.emit("samples", valid_columns(TABLES["samples"], 2))  # queued: the queue is now full
+    emitter = threading.Thread(
+        target=tel.emit, args=("samples", valid_columns(TABLES["samples"], 2, start_id=2))
+    )
+    emitter.start()
+    assert tel._progress.waiting.wait(30) and entered.wait(30)
+    assert emitter.is_alive()  # blocked: the writer holds the first batch, nothing was dropped
+    release.set()
+    emitter.join(30)
+    assert not emitter.is_alive()
+    tel.close()
+    assert open_run(tmp_path / "run").execute("SELECT count(*) FROM samples").fetchall() == [(4,)]
+
+
+def test_rejected_batch_keeps_earlier_data_and_the_writer_working(tmp_path):
+    tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60))
     good = valid_columns(TABLES["tokens"], 4)
     tel.emit("tokens", good)
     bad = dict(good, train_logp=np.array([-1, np.nan, -1, -1], dtype=np.float32))
     message = r"'tokens' column 'train_logp': not finite at row 1 \(sample_id 1\)"
-    if check_on_emit:  # raises at the call site
-        with pytest.raises(ValueError, match=message):
-            tel.emit("tokens", bad)
-    else:  # queued; the writer rejects it (alone) and the next call reports it, once
-        tel.emit("tokens", bad)
-        tel.emit("tokens", valid_columns(TABLES["tokens"], 4, start_id=8))
-        with pytest.raises(RejectedBatch, match=message + ".*background writer"):
-            tel.flush()
+    tel.emit("tokens", bad)  # queued; the writer rejects it (alone), the next call reports it
+    tel.emit("tokens", valid_columns(TABLES["tokens"], 4, start_id=8))
+    with pytest.raises(RejectedBatch, match=message + ".*background writer"):
         tel.flush()
+    tel.flush()  # reported once
     tel.emit("tokens", valid_columns(TABLES["tokens"], 4, start_id=4))
     tel.close()
     con = open_run(tmp_path / "run")
     assert con.execute("SELECT count(*), count(DISTINCT sample_id) FROM tokens").fetchall() == [
-        (8, 8) if check_on_emit else (12, 12)
+        (12, 12)
     ]
     assert con.execute("SELECT status FROM runs").fetchall() == [("finished",)]
 
@@ -154,7 +181,7 @@ def test_unreported_rejection_fails_the_run_at_close(tmp_path):
     assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
 
 
-def test_structural_errors_raise_at_emit_in_either_mode(tmp_path):
+def test_structural_errors_raise_at_emit(tmp_path):
     tel = sink(tmp_path)
     good = valid_columns(TABLES["tokens"], 4)
     with pytest.raises(ValueError, match="unknown columns \\['tokn_id'\\]"):
@@ -163,28 +190,40 @@ def test_structural_errors_raise_at_emit_in_either_mode(tmp_path):
         tel.emit("tokens", dict(good, pos=np.arange(3)))
     with pytest.raises(ValueError, match="missing required columns \\['token_id'\\]"):
         tel.emit("tokens", {k: v for k, v in good.items() if k != "token_id"})
+    with pytest.raises(ValueError, match="column 'pos': 2-D, expected 1-D"):
+        tel.emit("tokens", dict(good, pos=np.zeros((4, 2))))
     tel.close()
 
 
 def test_caller_may_reuse_its_buffers_after_emit(tmp_path):
+    import torch
+
     tel = sink(tmp_path, config=TelemetryConfig(flush_seconds=60, compact_on_close=False))
     cols = valid_columns(TABLES["tokens"], 4)
     expected = cols["train_logp"].copy()
+    cols["rollout_logp"] = torch.tensor([-1.0, -2.0, -3.0, -4.0])
+    cols["entropy"] = np.ma.MaskedArray([1.0, 2.0, 3.0, 4.0], mask=[0, 1, 0, 0])
     tel.emit("tokens", cols)
-    cols["train_logp"][:] = np.nan  # the caller reuses its buffer for the next step
+    cols["train_logp"][:] = np.nan  # the caller reuses its buffers for the next step
+    cols["rollout_logp"][:] = 0.5
+    cols["entropy"][:] = 9.0
     cols["role"][0] = "not-a-role"
     tel.close()
-    got = open_run(tmp_path / "run").execute("SELECT train_logp FROM tokens ORDER BY sample_id")
-    np.testing.assert_allclose([r[0] for r in got.fetchall()], expected, rtol=1e-6)
+    got = open_run(tmp_path / "run").execute(
+        "SELECT train_logp, rollout_logp, entropy FROM tokens ORDER BY sample_id"
+    )
+    train, rollout, entropy = zip(*got.fetchall(), strict=True)
+    np.testing.assert_allclose(train, expected, rtol=1e-6)
+    assert rollout == (-1.0, -2.0, -3.0, -4.0) and entropy == (1.0, None, 3.0, 4.0)
 
 
 def test_background_failure_surfaces_and_marks_the_run_failed(tmp_path, monkeypatch):
     tel = sink(tmp_path)
 
-    def broken(table, spec):
+    def broken(table, spec, **kw):
         raise OSError("disk full")
 
-    monkeypatch.setattr(tel._writer.tables.parts, "write", broken)
+    monkeypatch.setattr(tel._parts, "write", broken)
     tel.emit("samples", valid_columns(TABLES["samples"], 2))
     with pytest.raises(RuntimeError, match="telemetry writer failed: disk full"):
         tel.flush()
@@ -224,8 +263,7 @@ def test_close_compacts_on_rank_zero(tmp_path):
     [
         ({"token_sample_rate": 1.5}, "token_sample_rate must be in \\[0, 1\\]"),
         ({"flush_rows": 0}, "flush_rows must be an int >= 1"),
-        ({"writer_priority": "low"}, "writer_priority must be one of \\['idle', 'normal'\\]"),
-        ({"defer_rows": -1}, "defer_rows must be an int >= 0"),
+        ({"flush_seconds": 0}, "flush_seconds must be > 0"),
     ],
 )
 def test_config_errors_name_the_field_and_range(kw, message):
@@ -233,23 +271,7 @@ def test_config_errors_name_the_field_and_range(kw, message):
         TelemetryConfig(**kw)
     with pytest.raises(ValueError, match="unknown telemetry config keys \\['flush_row'\\]"):
         TelemetryConfig.from_dict({"flush_row": 3})
-
-
-def test_idle_writer_thread_runs_in_sched_idle(tmp_path):
-    import os
-    import threading
-
-    tel = sink(tmp_path)
-    tel.emit("samples", valid_columns(TABLES["samples"], 1))
-    tel.flush()
-    policy = os.sched_getscheduler(tel._writer.native_id())
-    assert policy == os.SCHED_IDLE and threading.get_native_id() != tel._writer.native_id()
-    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's thread keeps its class
-    tel.close()
-    normal = sink(tmp_path, name="normal", config=TelemetryConfig(writer_priority="normal"))
-    normal.flush()
-    assert os.sched_getscheduler(normal._writer.native_id()) == os.SCHED_OTHER
-    normal.close()
+    assert len(TelemetryConfig.__dataclass_fields__) <= 4  # the sink has four knobs
 
 
 def test_writer_cpu_seconds_counts_the_writer_thread_only(tmp_path):
@@ -300,22 +322,20 @@ def test_parts_carry_statistics_for_integer_and_time_columns_only_and_no_diction
 
 
 def test_a_failed_part_write_leaves_no_tmp_file(tmp_path, monkeypatch):
-    import pyarrow.parquet as pq
-
     from observability import parts
     from observability.parts import PartWriter
     from observability.schema import table_spec
 
-    def half_written(table, out, **kw):
+    def half_written(table, out, spec):
         out.write(b"PAR1 partial")
         raise OSError(28, "No space left on device")
 
-    real_write_table = pq.write_table
-    monkeypatch.setattr(parts.pq, "write_table", half_written)
+    real_write = parts._write_parquet
+    monkeypatch.setattr(parts, "_write_parquet", half_written)
     writer = PartWriter(tmp_path, rank=0)
     spec = table_spec("steps")
     with pytest.raises(OSError, match="No space left"):
         writer.write(spec.empty_table(), spec)
     assert list((tmp_path / "telemetry" / "steps").iterdir()) == []
-    monkeypatch.setattr(parts.pq, "write_table", real_write_table)
-    assert writer.write(spec.empty_table(), spec).exists()  # the writer still works
+    monkeypatch.setattr(parts, "_write_parquet", real_write)
+    assert writer.write(spec.empty_table(), spec)[0].exists()  # the writer still works

@@ -89,7 +89,7 @@ def test_flush_emits_events_and_peak_rows():
     assert (
         len(events["event"]) == 16
     )  # 11 in step 1, 5 in step 2 and len({len(v) for v in events.values()}) == 1
-    assert (events["event"][12].as_py(), events["device"][12].as_py()) == ("transfer", "cuda:1")
+    assert (events["event"][12], events["device"][12]) == ("transfer", "cuda:1")
     rows = set(zip(peaks["step"], peaks["rank"], peaks["category"], peaks["owner"], peaks["bytes"]))
     assert rows == {
         (2, 0, "saved_activations", "actor", 700),
