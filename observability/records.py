@@ -36,7 +36,7 @@ SCALARS = (int, float, bool, str, bytes, dict, datetime, date, np.generic)
 _ARROW = (pa.Array, pa.ChunkedArray)
 
 
-def is_torch(x: Any) -> bool:
+def is_torch(x: Any) -> bool:  # without importing torch
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
@@ -276,14 +276,10 @@ def to_arrow(values: Any, col: ColumnSpec, n: int, where: str) -> pa.Array:
         raise ValueError(f"{where}: cannot convert to {col.type}: {e}") from e
 
 
-def _exempt(values: Any, col: ColumnSpec) -> bool:
+def _exempt(v: Any, col: ColumnSpec) -> bool:
     """True when conversion alone proves the rules: enum codes without nulls."""
-    return (
-        col.enum is not None
-        and isinstance(values, np.ndarray)
-        and not isinstance(values, np.ma.MaskedArray)
-        and values.dtype.kind in "iu"
-    )
+    plain = isinstance(v, np.ndarray) and not isinstance(v, np.ma.MaskedArray)
+    return col.enum is not None and plain and v.dtype.kind in "iu"
 
 
 def to_table(
@@ -315,7 +311,7 @@ def to_table(
         if spec.name == "samples" and "tokens_sampled" not in arrays:
             arrays["tokens_sampled"] = pa.array(keep)
     arrays["run_id"] = _repeated(pa.array([run_id]), n)
-    out = [arrays[c.name] if c.name in arrays else _nulls(c.type, n) for c in spec.columns]
+    out = [arrays[c.name] if c.name in arrays else _nulls(n, c.type) for c in spec.columns]
     check = tuple(k for k, v in given.items() if not _exempt(v, spec.column(k)))
     return pa.Table.from_arrays(out, schema=_schema(spec, tuple(a.type for a in out))), check
 
@@ -325,9 +321,7 @@ def _repeated(one: pa.Array, n: int) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int8)), one)
 
 
-@lru_cache(maxsize=256)
-def _nulls(type_: pa.DataType, n: int) -> pa.Array:
-    return pa.nulls(n, type=type_)  # cached: batches of one size recur every step
+_nulls = lru_cache(maxsize=256)(pa.nulls)  # cached: batches of one size recur every step
 
 
 @lru_cache(maxsize=256)

@@ -30,39 +30,21 @@ from typing import Any
 
 import pyarrow as pa
 
+from observability import records
 from observability.config import TelemetryConfig
 from observability.parts import Merger, PartWriter
-from observability.records import (
-    BufferPool,
-    build_table,
-    check_batch,
-    snapshot,
-    to_table,
-    unify,
-    violation,
-)
 from observability.schema import SCHEMA_VERSION, table_spec
 from observability.unrecorded import unrecorded_names
 
-RUN_INFO_KEYS = (
-    "config",
-    "git_sha",
-    "device",
-    "algorithm",
-    "tokenizer_rev",
-    "chat_template_rev",
-    "vocab_size",
-    "icepop_beta",
-    "dis_eps_low",
-    "dis_eps_high",
-    "staleness_limit",
-    "unrecorded",
+RUN_INFO_KEYS = tuple(
+    "config git_sha device algorithm tokenizer_rev chat_template_rev vocab_size icepop_beta "
+    "dis_eps_low dis_eps_high staleness_limit unrecorded".split()
 )
 """Keys ``run_info`` may hold (the ``runs`` columns the caller knows; the rest are the sink's)."""
 
 MAX_QUEUED_BYTES = 1 << 30
 """Bytes of emitted batches not yet written beyond which ``emit`` blocks (backpressure)."""
-_POOL = BufferPool()
+_POOL = records.BufferPool()
 """Memory for ``emit``'s copies, shared by the sinks of the process (``records.BufferPool``)."""
 _CLOSE_TIMEOUT_S = 120.0
 
@@ -163,11 +145,11 @@ class DuckDBTelemetry:
         self._check_open()
         if table == "runs":
             raise ValueError("telemetry table 'runs' is written by the sink (use run_info)")
-        n = check_batch(table, columns)[1]
+        n = records.check_batch(table, columns)[1]
         if n == 0:
             return
         self._wait_for_room()
-        batch, buffers = snapshot(table, columns, _POOL)
+        batch, buffers = records.snapshot(table, columns, _POOL)
         nbytes = _nbytes(batch, n)
         self._batches.append((table, batch, n, nbytes, buffers))
         self._put_bytes += nbytes
@@ -237,16 +219,11 @@ class DuckDBTelemetry:
     def writer_cpu_seconds(self) -> float | None:
         """CPU seconds the background writer thread has used so far (None where the OS has no
         per-thread clock, or after ``close``): the sink's cost beyond ``emit`` and ``step_end``."""
-        ident = self._thread.ident
-        if (
-            ident is None
-            or not self._thread.is_alive()
-            or not hasattr(time, "pthread_getcpuclockid")
-        ):
+        if not self._thread.is_alive():
             return None
         try:
-            return time.clock_gettime(time.pthread_getcpuclockid(ident))
-        except OSError:
+            return time.clock_gettime(time.pthread_getcpuclockid(self._thread.ident))
+        except (AttributeError, OSError):  # no per-thread CPU clock on this OS
             return None
 
     # -- training-thread internals ------------------------------------------------------------
@@ -323,7 +300,7 @@ class DuckDBTelemetry:
             ended_at=ended_at,
             run_dir=self.run_dir,
         )
-        batch = build_table("runs", row, run_id=self.run_id, rank=self.rank)
+        batch = records.build_table("runs", row, run_id=self.run_id, rank=self.rank)
         self._parts.write(batch, table_spec("runs"))
 
     # -- the writer thread --------------------------------------------------------------------
@@ -361,7 +338,7 @@ class DuckDBTelemetry:
             done += nbytes
             buffers += used
             try:
-                converted = to_table(
+                converted = records.to_table(
                     table_spec(table),
                     columns,
                     n,
@@ -388,16 +365,16 @@ class DuckDBTelemetry:
         """The batches that pass every rule, joined; each failing batch is rejected alone."""
         spec = table_spec(table)
         while batches:
-            data = unify([b for b, _ in batches], spec)
+            data = records.unify([b for b, _ in batches], spec)
             check = tuple({name for _, names in batches for name in names})
-            bad = violation(data, spec, check, self.vocab_size)
+            bad = records.violation(data, spec, check, self.vocab_size)
             if bad is None:
                 return data
             row, i = bad[1], 0
             while row >= batches[i][0].num_rows:
                 row -= batches[i][0].num_rows
                 i += 1
-            own = violation(batches[i][0], spec, batches[i][1], self.vocab_size)
+            own = records.violation(batches[i][0], spec, batches[i][1], self.vocab_size)
             self._answers.append(("rejected", ValueError(own[0] if own else bad[0])))
             del batches[i]
         return None

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import time
 import warnings
 from pathlib import Path
@@ -13,7 +14,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("run_dir")
     p.add_argument("--expect", type=int, required=True, help="stop once tokens reach this count")
-    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--progress", default=None, help="file to write the latest count to")
     a = p.parse_args()
     warnings.simplefilter("error")  # a corrupt-part warning counts as an error
     counts, errors, con = [], [], None
@@ -29,6 +31,10 @@ def main() -> None:
             (n,) = con.execute("SELECT count(*) FROM tokens").fetchall()[0]
             con.execute("SELECT step, avg(rollout_logp) FROM tokens GROUP BY step").fetchall()
             counts.append(n)
+            if a.progress:  # the writer waits for this before it writes more
+                tmp = f"{a.progress}.tmp"
+                Path(tmp).write_text(str(n))
+                os.replace(tmp, a.progress)
             if n >= a.expect:
                 break
         except Exception as e:  # recorded, never hidden

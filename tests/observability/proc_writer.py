@@ -2,11 +2,25 @@
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
 from observability import DuckDBTelemetry, TelemetryConfig
 from observability.signals import install_signal_handlers
+
+
+def wait_for_reader(progress: Path, rows: int, timeout: float = 60.0) -> None:
+    """Block until the reader process reports a count of at least ``rows`` (a handshake)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if int(progress.read_text()) >= rows:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.005)
+    raise TimeoutError(f"the reader never reported {rows} rows")
 
 
 def main() -> None:
@@ -19,6 +33,8 @@ def main() -> None:
     p.add_argument("--flush-seconds", type=float, default=0.05)
     p.add_argument("--sleep", type=float, default=0.01)
     p.add_argument("--durable-every", type=int, default=0)
+    p.add_argument("--await-reader", default=None, help="after each durable flush, wait until "
+                   "this file (written by proc_reader --progress) holds the durable count")  # fmt: skip
     p.add_argument("--signals", action="store_true")
     p.add_argument("--no-step-end", action="store_true", help="never flush at step end")
     p.add_argument("--report-emitted", action="store_true", help="print 'emitted N' per step")
@@ -44,6 +60,8 @@ def main() -> None:
         if a.durable_every and step % a.durable_every == 0:
             tel.flush()
             print(f"durable {step * a.rows}", flush=True)
+            if a.await_reader:
+                wait_for_reader(Path(a.await_reader), step * a.rows)
         time.sleep(a.sleep)
     tel.close()
     print("done", flush=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from observability import open_run
-from observability.parts import list_parts
+from observability.parts import FANIN, list_parts
 from observability.verify import verify
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,29 +38,25 @@ def quiet_open(run):
         return open_run(run)
 
 
-def test_reader_process_sees_growing_counts_and_no_errors(tmp_path):
-    run, steps, rows = tmp_path / "run", 40, 2000
-    # paced at 30 ms a step, so the reader sees the run grow even on a loaded machine
-    writer = spawn(
-        "proc_writer",
-        run,
-        "--steps",
-        steps,
-        "--rows",
-        rows,
-        "--flush-seconds",
-        0.02,
-        "--sleep",
-        0.03,
-    )
-    reader = spawn("proc_reader", run, "--expect", steps * rows)
-    out, err = reader.communicate(timeout=60)
-    assert writer.wait(timeout=60) == 0, writer.stderr.read()
+def test_reader_process_sees_every_flush_with_no_errors_and_no_partial_rows(tmp_path):
+    """A reader polling a live run sees each flush (and the live merges) once: counts only grow,
+    by whole batches, with no error. The writer waits for the reader to report each flush before
+    writing the next (a handshake, not a timing)."""
+    run, steps, rows, every = tmp_path / "run", 40, 500, 2
+    progress = tmp_path / "progress"
+    reader = spawn("proc_reader", run, "--expect", steps * rows, "--progress", progress,
+                   "--timeout", 120)  # fmt: skip
+    writer = spawn("proc_writer", run, "--steps", steps, "--rows", rows, "--flush-seconds", 60,
+                   "--durable-every", every, "--await-reader", progress, "--sleep", 0)  # fmt: skip
+    out, err = reader.communicate(timeout=180)
+    assert writer.wait(timeout=180) == 0, writer.stderr.read()
     result = json.loads(out)
     assert result["errors"] == [], err
     counts = result["counts"]
     assert counts == sorted(counts) and counts[-1] == steps * rows
-    assert len(set(counts)) >= 3  # it really read while the run was writing
+    assert all(c % rows == 0 for c in counts)  # whole batches: no partial rows, none twice
+    assert set(range(every * rows, steps * rows + 1, every * rows)) <= set(counts)
+    assert len(list_parts(run, "tokens", covered=True)) >= FANIN  # merged while it was read
 
 
 def test_kill_9_loses_at_most_the_unflushed_interval(tmp_path):
