@@ -10,7 +10,6 @@ index list (positions, ascending) only for samples kept by the telemetry samplin
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from core.model.dsa_select import index_hash
@@ -38,12 +37,10 @@ def _grid(sparse: SparseStep, layers: list[int]) -> dict[str, torch.Tensor]:
     return {"mask": mask, "engine": e, "layer": li, "sample": bi, "pos": ti - sparse.offset[bi]}
 
 
-def _lists(values: torch.Tensor, present: torch.Tensor, pa_type: pa.DataType) -> pa.Array:
-    """Rows of ``values`` [N, k] keeping the ``present`` [N, k] entries -> list array [N]."""
-    counts = present.sum(dim=-1)  # [N]
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).to(torch.int32)
-    flat = pa.array(values[present].numpy()).cast(pa_type)
-    return pa.ListArray.from_arrays(pa.array(offsets.numpy()), flat)
+def _lists(values: torch.Tensor, present: torch.Tensor) -> np.ma.MaskedArray:
+    """Rows of ``values`` [N, k] keeping the ``present`` [N, k] entries: a 2-D masked array whose
+    masked entries the sink leaves out of each row's list."""
+    return np.ma.masked_array(values.numpy(), mask=~present.numpy())
 
 
 def topk_rows(*, step: int, sample_ids: torch.Tensor, sparse: SparseStep, keep: np.ndarray) -> dict:
@@ -68,7 +65,7 @@ def topk_rows(*, step: int, sample_ids: torch.Tensor, sparse: SparseStep, keep: 
         "pos": g["pos"].numpy().astype(np.int32),
         "engine": ENGINE_CODES[g["engine"]].numpy(),
         "k": np.full(n, sparse.k, dtype=np.int32),
-        "indices": _lists(idx, valid & kept[:, None], pa.int32()),
+        "indices": _lists(idx.to(torch.int32), valid & kept[:, None]),
         "index_hash": index_hash(idx, valid).numpy(),
         "boundary_ties": ties.numpy().astype(np.int32),
     }
