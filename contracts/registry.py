@@ -22,7 +22,16 @@ if TYPE_CHECKING:
 
 CheckFn = Callable[["CheckContext"], "CheckResult"]
 
-CONTRACTS = ("schema", "run", "action", "sparse_version", "teacher_quant", "memory", "regression")
+CONTRACTS = (
+    "schema",
+    "run",
+    "action",
+    "sparse_version",
+    "agentic",
+    "teacher_quant",
+    "memory",
+    "regression",
+)
 """Contract groups in run order (the store and schemas first, then whether the run finished,
 regressions last)."""
 

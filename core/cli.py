@@ -72,6 +72,13 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="checkpoint directory")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument(
+        "--env",
+        default="arithmetic",
+        choices=["arithmetic", "tool"],
+        help="which base: arithmetic (core/assets/base_model) or tool (core/assets/tool_model, "
+        "SFT'd from the arithmetic base on multi-turn calculator demonstrations)",
+    )
+    p.add_argument(
         "--retrain-tokenizer",
         action="store_true",
         help="also rebuild core/assets/tokenizer.json from the task corpus",

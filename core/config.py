@@ -2,7 +2,7 @@
 
 ``[model]`` → ``ModelConfig``, ``[rollout]`` → ``RolloutConfig``, ``[algorithm]`` →
 ``AlgorithmConfig``, ``[optim]`` → ``OptimConfig``, ``[train]`` → ``TrainConfig``, ``[env]`` →
-``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``.
+``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[tool]`` → ``ToolConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``.
 ``--set section.key=value`` overrides use TOML value syntax. Unknown sections or keys, wrong types
 and out-of-range values are errors naming the key and the allowed values; nothing else reads raw
 dicts.
@@ -21,6 +21,7 @@ from typing import Any
 
 from core.algorithms.config import AlgorithmConfig
 from core.envs.registry import EnvConfig
+from core.envs.tool import ToolConfig
 from core.model.config import ModelConfig
 from core.quant.config import QuantConfig
 from core.rollout.config import RolloutConfig
@@ -44,6 +45,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    tool: ToolConfig = field(default_factory=ToolConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
 

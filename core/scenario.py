@@ -1,8 +1,9 @@
 """Fault-injection scenarios: named configs in ``configs/scenarios/`` run through the real core.
 
 A scenario file is the run-config TOML format plus an optional ``[scenario]`` section (metadata:
-``description``, ``fault``, ``expect_suspect``, ``control``); its other sections are applied key
-by key on top of the default ``configs/grpo_tiny.toml``, then ``--set`` overrides on top. Every
+``description``, ``fault``, ``expect_suspect``, ``control``, ``base``); its other sections are
+applied key by key on top of ``configs/<base>.toml`` (default ``grpo_tiny``), then ``--set``
+overrides on top. Every
 fault is a config switch of a real code path (log-prob mode, re-tokenization, sync interval, engine
 precision, trust rule, quantized rollout, Top-k kernel); nothing edits telemetry after the fact.
 ``expect_suspect`` and ``control`` are read only by tests and benchmarks, never by the analysis.
@@ -18,7 +19,7 @@ from pathlib import Path
 from core.config import DEFAULT_CONFIG, ConfigError, RunConfig, config_from_dict
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "configs" / "scenarios"
-META_KEYS = ("description", "fault", "expect_suspect", "control")
+META_KEYS = ("description", "fault", "expect_suspect", "control", "base")
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,10 @@ class Scenario:
     """``section.key=value`` overrides that turn the fault off and keep everything else (the
     control run of ``benchmarks/scenarios.py``)."""
     sections: dict = field(default_factory=dict)
-    """Config sections this scenario sets on top of the default config."""
+    """Config sections this scenario sets on top of its base config."""
+    base: str = "grpo_tiny"
+    """The config (``configs/<base>.toml``) the scenario builds on: ``grpo_tiny`` (the default
+    sync loop) or ``agentic_tiny`` (async multi-turn)."""
 
 
 def list_scenarios(directory: Path = SCENARIO_DIR) -> list[str]:
@@ -68,6 +72,7 @@ def load_scenario(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
         expect_suspect=meta.get("expect_suspect"),
         control=tuple(meta.get("control", ())),
         sections=raw,
+        base=meta.get("base", "grpo_tiny"),
     )
 
 
@@ -78,9 +83,12 @@ def scenario_config(
     steps: int | None = None,
     directory: Path = SCENARIO_DIR,
 ) -> RunConfig:
-    """Default config ← the scenario's sections ← ``overrides`` (``section.key=value``) ← ``steps``."""
+    """Base config ← the scenario's sections ← ``overrides`` (``section.key=value``) ← ``steps``."""
     scenario = load_scenario(name, directory)
-    with open(DEFAULT_CONFIG, "rb") as f:
+    base = DEFAULT_CONFIG.parent / f"{scenario.base}.toml"
+    if not base.is_file():
+        raise ConfigError(f"{name}.toml: [scenario] base {scenario.base!r}: no {base}")
+    with open(base, "rb") as f:
         raw = tomllib.load(f)
     for section, values in scenario.sections.items():
         if not isinstance(values, dict):

@@ -14,6 +14,7 @@ PAGES = (
     ("Memory", "pages/6_Memory.py"),
     ("Contracts", "pages/7_Contracts.py"),
     ("Token view", "pages/8_Token_view.py"),
+    ("Agents", "pages/9_Agents.py"),
 )
 """(title, page file relative to ``Overview.py``; None for the entry page itself), in menu order."""
 

@@ -359,3 +359,33 @@ def token_strips(tokens: pd.DataFrame, texts: Sequence[str]) -> go.Figure:
         )
     fig.update_xaxes(title_text="position", row=len(STRIPS), col=1)
     return _layout(fig, "Per-token strips", height=120 * len(STRIPS) + 60)
+
+
+def worker_timeline(frame: pd.DataFrame) -> go.Figure:
+    """Per worker (rows), each turn's generation span and the environment span that followed,
+    as horizontal bars in seconds."""
+    fig = go.Figure()
+    label = "worker " + frame["worker"].astype(str)
+    if len(_runs(frame)) > 1:
+        label = frame["run_id"].str.slice(-10) + " · " + label
+    spans = (
+        ("generation", frame["gen_start"], frame["gen_end"] - frame["gen_start"]),
+        ("environment", frame["gen_end"], (frame["env_end"] - frame["gen_end"]).fillna(0.0)),
+    )
+    for i, (name, base, width) in enumerate(spans):
+        fig.add_trace(
+            go.Bar(
+                y=label,
+                x=width,
+                base=base,
+                orientation="h",
+                name=name,
+                marker_color=PALETTE[i % len(PALETTE)],
+                opacity=0.6,
+                customdata=frame[["sample_id", "turn"]],
+                hovertemplate="sample %{customdata[0]} turn %{customdata[1]}: %{x:.3f} s"
+                f"<extra>{name}</extra>",
+            )
+        )
+    fig.update_layout(barmode="overlay")
+    return _layout(fig, "Trajectory timeline per worker", x="seconds", y=None)

@@ -2,7 +2,7 @@
 
 Pure functions over a DuckDB connection whose views are named as in ``observability.schema``
 (``open_run``/``open_runs``), returning pandas DataFrames or small frozen dataclasses. Onset and
-suspects read only ``steps``, ``samples``, ``tokens``, ``topk`` and ``qparams`` — never ``runs``
+suspects read only ``steps``, ``samples``, ``tokens``, ``turns``, ``topk`` and ``qparams`` — never ``runs``
 (config, run name): the diagnosis comes from what the run did, not from what it was told to do.
 
 Onset: ``observability.changepoint.find_onset`` on the per-step reward and entropy, with the
@@ -11,8 +11,9 @@ reward's noise floored at the sampling error of a step's mean reward (from ``sam
 Suspects. Each candidate cause (``SIGNALS``) is a per-step level with a tolerance τ — the level
 at which the sign is no longer explained by a healthy run of this system. Engine-side levels
 (mismatch, masked fraction) use *clean* samples only — fresh (staleness 0), token-identical (no
-re-tokenized token), with the same Top-k sets in both engines, and drawn from rollout weights
-without uncorrected quantization error (below ``quantization_error``'s τ) — so a sample
+re-tokenized token, no token decoded against keys/values of another version, no turn whose engine
+context differed from the trajectory), with the same Top-k sets in both engines, and drawn from
+rollout weights without uncorrected quantization error (below ``quantization_error``'s τ) — so a sample
 explained by an upstream cause is not counted again as engine mismatch. Over the window before the onset (the
 whole run without one), with r the baseline run's largest per-step level (0 without a baseline):
     excess_t = max(level_t − r, 0) / τ,   strength = mean_t excess_t,
@@ -107,7 +108,8 @@ class Signal:
 
 
 # Tolerances, from what this system measures when healthy: TITO holds exactly (0 re-tokenized
-# tokens); the synchronous loop trains fresh samples (staleness 0); fp32 engines agree to ~3e-7
+# tokens, 0 turns whose engine context differs from the trajectory); no token is decoded against
+# keys/values of another version (0: any such token is the fault, hence τ = 1e-4); the synchronous loop trains fresh samples (staleness 0); fp32 engines agree to ~3e-7
 # nats per token, bf16 engines to 5e-3–8e-3 (a bf16 rollout registers, 5–8×); IcePop (β = 2)
 # masks no fp32 or bf16 token; deterministic Top-k kernels pick identical sets; int4 g32 rollout
 # weights are off by ~1e-2 per tensor (max), and even bf16 rounding of them by ~6e-4.
@@ -129,6 +131,18 @@ SIGNALS = (
         "quantization_error",
         "max |weight − dequantized| of rollout tensors the trainer does "
         "not also see (no matching QAT codes)",
+        1e-4,
+    ),
+    Signal(
+        "kv_version_mismatch",
+        "action tokens decoded against keys/values of another policy version (KV kept across "
+        "a weight switch)",
+        1e-4,
+    ),
+    Signal(
+        "history_retokenized",
+        "turns whose engine context differs from the exact trajectory before them (multi-turn "
+        "history re-tokenized)",
         1e-4,
     ),
 )
@@ -154,15 +168,19 @@ _TOPK_DIFF = """
 _TOKEN_LEVELS = f"""
 WITH t AS (
   SELECT sample_id, step, train_logp - rollout_logp AS d, trust_mask,
-         coalesce(train_token_id <> token_id, false) AS retok
+         coalesce(train_token_id <> token_id, false) AS retok,
+         coalesce(kv_version <> policy_version_rollout, false) AS kv_bad
   FROM tokens WHERE run_id = $rid AND role = 'action'),
+h AS (SELECT sample_id, bool_or(context_hash <> prefix_hash) AS hist_bad FROM turns
+      WHERE run_id = $rid GROUP BY sample_id),
 k AS (SELECT sample_id, bool_or(differs) AS topk_differs FROM ({_TOPK_DIFF}) GROUP BY sample_id),
 f AS (SELECT sample_id, bool_or(retok) AS any_retok FROM t GROUP BY sample_id),
 {_QUANT_BY_VERSION},
-c AS (SELECT t.*, coalesce(s.staleness, 0) = 0 AND NOT f.any_retok
+c AS (SELECT t.*, coalesce(s.staleness, 0) = 0 AND NOT f.any_retok AND NOT t.kv_bad
+                  AND NOT coalesce(h.hist_bad, false)
                   AND NOT coalesce(k.topk_differs, false)
                   AND coalesce(v.err, 0) < {_QUANT_TOLERANCE} AS clean
-      FROM t JOIN f USING (sample_id) LEFT JOIN k USING (sample_id)
+      FROM t JOIN f USING (sample_id) LEFT JOIN k USING (sample_id) LEFT JOIN h USING (sample_id)
       LEFT JOIN (SELECT sample_id, staleness, policy_version_rollout FROM samples
                  WHERE run_id = $rid) s USING (sample_id)
       LEFT JOIN v ON v.policy_version = s.policy_version_rollout)
@@ -200,6 +218,11 @@ def suspect_levels(con: duckdb.DuckDBPyConnection, run_id: str | None = None) ->
         _QUANT_LEVELS,
         "SELECT step, avg(staleness)::DOUBLE AS staleness FROM samples "
         "WHERE run_id = $rid AND status <> 'stale' GROUP BY step",
+        "SELECT step, avg((kv_version <> policy_version_rollout)::DOUBLE) AS kv_version_mismatch "
+        "FROM tokens WHERE run_id = $rid AND role = 'action' AND kv_version IS NOT NULL "
+        "GROUP BY step",
+        "SELECT step, avg((context_hash <> prefix_hash)::DOUBLE) AS history_retokenized "
+        "FROM turns WHERE run_id = $rid GROUP BY step",
     ):
         out = out.merge(con.execute(sql, p).df(), on="step", how="left")
     fallback = {

@@ -12,8 +12,15 @@ from functools import cached_property
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
-"""Bumped when a column changes meaning or type; stored in every ``runs`` row and part file."""
+SCHEMA_VERSION = 2
+"""Bumped when a column changes meaning or type, or tables and columns are added; stored in every
+``runs`` row and part file. Version 2 (async agentic RL): the ``turns`` table; per-token ``turn``
+and ``kv_version``; per-sample ``worker``, ``env_latency_s``, ``refill``,
+``policy_version_rollout_max``; per-step queue, worker and failure counts. Readers open older
+runs (missing columns read as null)."""
+
+KNOWN_SCHEMA_VERSIONS = (1, 2)
+"""Versions a reader of this schema can open."""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,38 @@ def make_run(root: Path, overrides: list[str] = (), name: str = "test") -> Path:
     return run_dir
 
 
+AGENTIC_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "agentic_tiny.toml"
+AGENTIC = [
+    "train.steps=3",
+    "algorithm.prompts_per_step=2",
+    "algorithm.group_size=4",
+    "train.eval_size=16",
+    "train.eval_every=0",
+    "telemetry.flush_seconds=0.5",
+    "tool.latency_median_s=0.002",
+    "tool.crash_rate=0.1",
+    "tool.timeout_rate=0.0",
+    "tool.malformed_rate=0.05",
+    "rollout.in_flight_groups=3",
+]
+
+
+def make_agentic_run(root: Path, overrides: list[str] = (), name: str = "agentic") -> Path:
+    """A tiny async multi-turn run (configs/agentic_tiny.toml, shrunk) with DuckDB telemetry."""
+    from core.config import load_config
+    from core.train.driver import run_training
+
+    cfg = load_config(AGENTIC_CONFIG, [*AGENTIC, *overrides])
+    run_dir, _ = run_training(cfg, runs_root=root, telemetry="duckdb", name=name, progress=False)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def agentic_run(tmp_path_factory) -> Path:
+    """A finished 3-step async agentic run (tool environment, 2 thread workers) — read-only."""
+    return make_agentic_run(tmp_path_factory.mktemp("runs"))
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """A finished 3-step GRPO run (fp32 engines, IcePop) — read-only: copy it before editing."""

@@ -2,6 +2,7 @@
 
 from contracts.checks import (  # noqa: F401  (registration side effects)
     action,
+    agentic,
     memory,
     regression,
     run,

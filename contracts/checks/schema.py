@@ -18,6 +18,7 @@ from contracts.validate import validate_table
 from observability.parts import check_part, list_parts, telemetry_dir
 from observability.schema import SCHEMA_VERSION, TABLES
 from observability.unrecorded import unrecorded_names
+from observability.spec import KNOWN_SCHEMA_VERSIONS
 
 C = "schema"
 
@@ -41,7 +42,7 @@ def store_readable(ctx: CheckContext) -> CheckResult:
                 )
     try:
         run = ctx.run
-        if run.schema_version != SCHEMA_VERSION:
+        if run.schema_version not in KNOWN_SCHEMA_VERSIONS:
             problems.append(
                 {
                     "problem": "unknown schema version",

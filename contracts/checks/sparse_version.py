@@ -6,7 +6,8 @@ trainer (``algorithm.old_logp = "separate"``), it repeats the training forward o
 token (GLM-5's nondeterministic Top-k failure shows here first); every trained sample carries
 its rollout and train policy versions, staleness = train - rollout <= τ (the run's declared
 limit, optionally capped by the policy); every trained sample's rollout version has a complete
-weight sync: the required phases, in canonical order by time, ending in ``ack``.
+weight sync: the required phases, in canonical order by time, ending in ``ack`` (per receiving
+engine: an async run's workers record their own send, switch and ack under the sync's id).
 """
 
 from __future__ import annotations
@@ -111,15 +112,16 @@ def sync_complete(ctx: CheckContext) -> CheckResult:
         return not_applicable("the run recorded no trained samples")
     required = list(ctx.policy.thresholds.sync_required_phases)
     source = """
-        WITH p AS (SELECT sync_id, policy_version, phase, ts,
+        WITH p AS (SELECT sync_id, engine, policy_version, phase, ts,
                           list_position(?::VARCHAR[], phase) AS ord FROM weight_syncs),
-        q AS (SELECT *, lag(ord) OVER (PARTITION BY sync_id ORDER BY ts, ord) AS prev FROM p),
+        q AS (SELECT *, lag(ord) OVER (PARTITION BY sync_id, engine ORDER BY ts, ord) AS prev
+              FROM p),
         syncs AS (
-            SELECT sync_id, min(policy_version) AS policy_version,
+            SELECT sync_id, engine, min(policy_version) AS policy_version,
                    count(DISTINCT policy_version) = 1 AND bool_and(prev IS NULL OR ord > prev)
                    AND list_has_all(list(phase), ?::VARCHAR[]) AS complete,
                    list(phase ORDER BY ts, ord) AS phases
-            FROM q GROUP BY sync_id),
+            FROM q GROUP BY sync_id, engine),
         versions AS (
             SELECT policy_version, bool_or(complete) AS complete,
                    list({'sync_id': sync_id, 'phases': phases} ORDER BY sync_id) AS syncs

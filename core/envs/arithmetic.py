@@ -43,6 +43,10 @@ class ArithmeticEnv:
             done=True, rewards={"verifier": verdict.reward}, failure_reason=verdict.failure_reason
         )
 
+    def fork(self, seed: int) -> ArithmeticEnv:
+        """A fresh episode of the same problem (this environment has no randomness of its own)."""
+        return ArithmeticEnv(self.problem, self.tok)
+
     def render(self, ids: list[int]) -> str:
         ids = list(ids)
         if ids and ids[-1] == self.tok.eos_id:

@@ -32,6 +32,11 @@ class StepResult:
     environment failure (``env_timeout``, ``env_crash``); None when it succeeded."""
     env_failure: bool = False
     """The failure is the environment's, not the policy's: the sample leaves the batch."""
+    latency_s: float = 0.0
+    """Wall time the environment spent on this turn (a tool call's latency; telemetry)."""
+    event: str | None = None
+    """What the environment did with the turn, for telemetry (e.g. ``call``, ``answer``,
+    ``env_timeout``); None when it has nothing to say."""
 
 
 @runtime_checkable
@@ -53,6 +58,16 @@ class Environment(Protocol):
 
     def render(self, ids: list[int]) -> str:
         """Text of the episode's generated ids, for telemetry (``samples.response_text``)."""
+        ...
+
+
+@runtime_checkable
+class Forkable(Protocol):
+    """An environment that can start a fresh, independent episode of the same prompt (what the
+    environment-failure filter uses to refill a group)."""
+
+    def fork(self, seed: int) -> Environment:
+        """A new episode of this prompt; ``seed`` drives its own randomness (latency, faults)."""
         ...
 
 

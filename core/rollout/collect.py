@@ -13,6 +13,7 @@ whose next turn would not fit ``max_seq_len`` ends with failure ``context_exhaus
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import torch
@@ -64,6 +65,7 @@ def collect(
     max_turns: int = 1,
     max_seq_len: int | None = None,
     between_turns: Callable[[int], None] | None = None,
+    env_pool: Executor | None = None,
 ) -> Trajectories:
     """Run ``envs`` to completion (at most ``max_turns`` policy turns each).
 
@@ -71,6 +73,8 @@ def collect(
         sample_ids, group_ids: [B] int64, one per environment (assigned by the caller).
         between_turns: called with the turn index after each turn but the last (e.g. a weight
             switch landing between two turns of the same trajectories).
+        env_pool: steps the turn's environments concurrently (their latencies overlap: the turn
+            waits for the slowest); None steps them one after another.
     """
     episodes = [_Episode(env, list(env.reset())) for env in envs]
     limit = max_seq_len if max_seq_len is not None else engine.cfg.max_seq_len
@@ -94,13 +98,17 @@ def collect(
         if turn == 0:
             first_width = rb.response_ids.shape[1]
             records = {"routes": rb.routes, "topk": rb.topk}
+        actions = []
         for j, e in enumerate(live):
             m = rb.response_mask[j]
-            action = rb.response_ids[j][m].tolist()
-            e.add(action, "action", rb.logprobs[j][m].tolist(), rb.policy_version)
+            actions.append(rb.response_ids[j][m].tolist())
+            e.add(actions[-1], "action", rb.logprobs[j][m].tolist(), rb.policy_version)
             e.turns += 1
             e.finished = bool(rb.finished[j])
-            res = e.env.step(action, finished=e.finished)
+        steps = [(e.env.step, a, e.finished) for e, a in zip(live, actions, strict=True)]
+        run = map if env_pool is None else env_pool.map
+        results = list(run(lambda x: x[0](x[1], finished=x[2]), steps))
+        for e, res in zip(live, results, strict=True):
             if res.done:
                 e.done, e.rewards = True, dict(res.rewards)
                 e.failure_reason, e.env_failure = res.failure_reason, res.env_failure

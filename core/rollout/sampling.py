@@ -48,11 +48,15 @@ def sample_tokens(
     params: SamplingParams,
     generator: torch.Generator | None,
     greedy: bool = False,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row.
 
     Args:
         logits: [B, V] fp32 next-token logits.
+        uniforms: [B] fp32 in [0, 1), optional: each row's own random number, drawn by inverse
+            CDF (so a row's token does not depend on which other rows share its batch); else
+            ``torch.multinomial`` with ``generator``.
     Returns:
         (tokens [B] int64, logprobs [B] fp32 under ``params.logprob_mode``).
     """
@@ -69,6 +73,11 @@ def sample_tokens(
     logp = scaled.log_softmax(dim=-1)
     if greedy:
         tokens = logp.argmax(dim=-1)
+    elif uniforms is not None:
+        cdf = logp.exp().cumsum(dim=-1)  # [B, V]
+        target = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)  # [B, 1]
+        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+        tokens = tokens.clamp_max(logits.shape[-1] - 1)
     else:
         tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
     if params.logprob_mode == "raw":

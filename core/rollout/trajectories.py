@@ -72,6 +72,18 @@ class Trajectories:
     """[B] int64: segment index within its trajectory (0 unless compacted)."""
     parent_id: torch.Tensor | None = None
     """[B] int64: sample id of the trajectory's first segment (-1: none)."""
+    turn: torch.Tensor | None = None
+    """[B, T] int64: the policy turn of each post-prompt token (observations: the turn they
+    answer); -1 on prompt and padding. None when the rollout does not record turns."""
+    kv_version: torch.Tensor | None = None
+    """[B, T] int64: oldest policy version among the keys/values each generated token was decoded
+    against (equals ``version`` unless KV of another version was reused); -1 elsewhere."""
+    worker: torch.Tensor | None = None
+    """[B] int64: rollout worker (DP rank) that generated the sample."""
+    env_latency_s: torch.Tensor | None = None
+    """[B] fp32: environment time summed over the sample's turns."""
+    refill: torch.Tensor | None = None
+    """[B] bool: the sample refilled its group after an environment failure."""
     engine_records: dict = field(default_factory=dict)
     """Rollout-side sparse records for the train/rollout comparison: ``routes`` {layer: [B, W,
     k]}, ``topk`` {layer: [chunks]} (single-turn rollouts only)."""

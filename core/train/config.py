@@ -19,6 +19,9 @@ class OptimConfig:
     """AdamW β2 in [0, 1)."""
     grad_clip: float = 1.0
     """Global grad-norm clip (0 = off)."""
+    reset_on_sync: bool = False
+    """Reset the optimizer state (AdamW moments and step, in place) after each weight sync to the
+    rollout, the seed's async-RL rule; recorded per step as ``steps.optimizer_reset``."""
     eps: float = 1e-8
     """AdamW ε (> 0). Large values (≈ the gradients' scale) damp the steps of parameters whose
     gradient is mostly noise: the RL update then moves only where the signal is."""

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from core.config import ConfigError, RunConfig, load_config
+from core.envs.registry import chat_template_rev
 from core.run import (
     file_logger,
     new_run_dir,
@@ -14,7 +15,6 @@ from core.run import (
     write_resolved_config,
     write_tokenizer,
 )
-from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
 from core.tokenizer.tokenizer import Tokenizer
 
 
@@ -49,7 +49,7 @@ def run_training(
         run_dir,
         cfg,
         tokenizer_rev=tok.revision,
-        chat_template_rev=CHAT_TEMPLATE_REV,
+        chat_template_rev=chat_template_rev(cfg.env.name),
         vocab_size=tok.vocab_size,
     )
     if telemetry == "duckdb":
@@ -83,7 +83,10 @@ def run_training(
                 bar.update(1)
 
         t0 = time.time()
-        summary = run_grpo(session, steps=cfg.train.steps, progress=on_step)
+        loop = run_grpo
+        if cfg.rollout.mode == "async":
+            from core.train.async_grpo import run_async as loop
+        summary = loop(session, steps=cfg.train.steps, progress=on_step)
         summary["seconds"] = time.time() - t0
         if cfg.train.save_checkpoint:
             summary["checkpoint"] = str(save_final_checkpoint(session, run_dir))
@@ -116,7 +119,7 @@ def save_final_checkpoint(session, run_dir: Path) -> Path:
         "run_id": run_dir.name,
         "policy_version": session.version,
         "tokenizer_rev": session.tok.revision,
-        "chat_template_rev": CHAT_TEMPLATE_REV,
+        "chat_template_rev": chat_template_rev(session.cfg.env.name),
     }
     save_checkpoint(out, session.actor.named_weights(), session.model_cfg, meta)
     return out
@@ -154,6 +157,15 @@ def pretrain_from_args(args) -> int:
     from core.train.pretrain import pretrain
 
     cfg = load_config(None)
+    if getattr(args, "env", "arithmetic") == "tool":
+        from core.train.pretrain_tool import TOOL_MODEL, pretrain_tool
+
+        pretrain_tool(
+            args.out or TOOL_MODEL,
+            tok=Tokenizer.load(),
+            **({"steps": args.steps} if args.steps else {}),
+        )
+        return 0
     if args.retrain_tokenizer:
         from core.tokenizer.train import build_tokenizer_asset
 

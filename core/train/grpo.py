@@ -47,6 +47,7 @@ def collect_step(s: Session, step: int) -> Trajectories:
         group_ids=s.ids.groups(alg.prompts_per_step).repeat_interleave(alg.group_size),
         generator=s.generator,
         max_turns=s.cfg.rollout.max_turns,
+        env_pool=s.env_pool if s.cfg.rollout.max_turns > 1 else None,
     )
     s.memory.rollout_done(traj)  # live IO, handed to the trainer
     return traj

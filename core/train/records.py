@@ -110,6 +110,10 @@ def token_rows(traj: Trajectories, *, step: int, reason: torch.Tensor, keep: np.
     }
     if traj.teacher_logp is not None:
         cols["teacher_logp"] = _masked(traj.teacher_logp[sel], gen)
+    for name in ("turn", "kv_version"):
+        x = getattr(traj, name)
+        if x is not None:
+            cols[name] = _masked(x[sel], _np(x[sel] >= 0))
     return cols
 
 
@@ -122,9 +126,15 @@ def sample_rows(
     has = _np(n_gen > 0)
     big = torch.iinfo(torch.int64).max
     oldest = torch.where(gen, traj.version, torch.full_like(traj.version, big)).min(1).values
+    newest = torch.where(gen, traj.version, torch.full_like(traj.version, -1)).max(1).values
     adv = (traj.advantages * gen).sum(1) / n_gen.clamp_min(1)  # per-sequence: mean over actions
     n_prompt = traj.is_role("prompt").sum(1)
-    return {
+    extra = {
+        name: np.ma.masked_less(_np(x), 0) if name == "worker" else _np(x)
+        for name in ("worker", "env_latency_s", "refill")
+        if (x := getattr(traj, name)) is not None
+    }
+    return extra | {
         "sample_id": _np(traj.sample_id),
         "step": step,
         "prompt_id": traj.prompt_id,
@@ -132,6 +142,7 @@ def sample_rows(
         "domain": traj.domain,
         "engine": "rollout",
         "policy_version_rollout": np.ma.masked_array(_np(oldest), mask=~has),
+        "policy_version_rollout_max": np.ma.masked_array(_np(newest), mask=~has),
         "policy_version_train": v_train,
         "staleness": np.ma.masked_array(_np(v_train - oldest), mask=~has),
         "reward": _np(traj.reward).astype(np.float64),

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
-from core.envs.registry import make_env_source
+from core.envs.registry import chat_template_rev, make_env_source
 from core.model.actor import Actor
 from core.model.dsa_engines import actor_dsa_factory, engine_dsa
 from core.model.dsa_warmup import warmup_indexers
@@ -23,7 +24,7 @@ from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine, left_pad
 from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
-from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt, encode_response
+from core.tokenizer.chat_template import encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.memory_hooks import TrainingMemory
 from core.train.models import Models, TrainableModel, adamw
@@ -107,6 +108,8 @@ class Session:
             )
         )
         self.envs = make_env_source(cfg, tok=self.tok)
+        self.env_pool = ThreadPoolExecutor(cfg.rollout.env_threads, thread_name_prefix="env")
+        """Steps a turn's environments concurrently in the sync loop (their latencies overlap)."""
         self.engine = RolloutEngine(
             self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision]
         )
@@ -136,7 +139,7 @@ class Session:
         self.ids = IdCounter()
         self.run_constants = RunConstants(
             tokenizer_rev=self.tok.revision,
-            chat_template_rev=CHAT_TEMPLATE_REV,
+            chat_template_rev=chat_template_rev(cfg.env.name),
             sampling=dataclasses.asdict(cfg.rollout.sampling()) | {"seed": cfg.train.seed},
             token_sample_rate=cfg.telemetry.token_sample_rate,
         )

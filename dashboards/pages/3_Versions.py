@@ -1,4 +1,5 @@
-"""Versions: staleness histogram and over time (``samples``); weight-sync phases as a timeline."""
+"""Versions: staleness histogram and over time (``samples``); per-sample version spread and each
+worker's weight switches (async runs); weight-sync phases as a timeline."""
 
 from __future__ import annotations
 
@@ -32,6 +33,34 @@ def body(runs) -> None:
                 y_title="policy versions",
             ),
             "vr_steps",
+        )
+    spread = ui.gather(runs, queries.version_spread)
+    if not spread.empty and spread["spread"].max() > 0:  # async runs: a switch inside a sample
+        ui.chart(
+            charts.bars(
+                spread,
+                x="spread",
+                y="n",
+                title="Per-sample version spread (newest − oldest version of its tokens)",
+                y_title="samples",
+            ),
+            "vr_spread",
+        )
+    switches = ui.gather(runs, queries.worker_switches)
+    if not switches.empty:
+        ui.chart(
+            charts.run_lines(
+                switches.assign(run_id=switches["run_id"] + " · " + switches["worker"])
+                if len(runs) > 1
+                else switches.assign(run_id=switches["worker"]),
+                x="t",
+                ys={"policy_version": "live version"},
+                mode="lines+markers",
+                title="Weight switches per worker",
+                y_title="policy version",
+                x_title="seconds since the first switch",
+            ),
+            "vr_switches",
         )
     syncs = ui.gather(runs, queries.weight_syncs, last_n=12)
     if syncs.empty:

@@ -81,9 +81,14 @@ def test_observation_token_in_the_loss_fails_loss_mask(run):
     s, _ = action_token(run, 0)
     n = edit_rows(run, "tokens", at(s, 2), {"role": "observation", "loss_mask": True})
     assert n == 1  # pos 2 is a prompt token (chat template header)
-    gate = gate_failing_only(run, {"action.loss_mask_on_actions"})
+    # caught twice: loss only on actions, and (the agentic contract) never on observations
+    gate = gate_failing_only(
+        run, {"action.loss_mask_on_actions", "agentic.observations_not_in_loss"}
+    )
     (ex,) = gate.result("action.loss_mask_on_actions").examples
     assert (ex["sample_id"], ex["pos"], ex["role"], ex["loss_mask"]) == (s, 2, "observation", True)
+    (ex,) = gate.result("agentic.observations_not_in_loss").examples
+    assert (ex["sample_id"], ex["pos"], ex["loss_mask"]) == (s, 2, True)
 
 
 def test_retokenized_id_fails_tito(run):

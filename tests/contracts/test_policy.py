@@ -23,6 +23,7 @@ def test_registry_lists_every_contract_of_the_issue():
         "run",
         "action",
         "sparse_version",
+        "agentic",
         "teacher_quant",
         "memory",
         "regression",

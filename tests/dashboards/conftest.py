@@ -1,6 +1,7 @@
 """Fixtures of the dashboard tests: a runs root holding copies of the real tiny runs.
 
 ``dash_root`` / ``tiny`` (as the core wrote it: Top-k, MoE, qparams and contract tables empty) /
+``agentic`` (a tiny async multi-turn run: turns, worker switches, environment failures) /
 ``bf16`` (the bf16 run plus Top-k, route, qparams and contract rows added by a second writer).
 """
 
@@ -23,9 +24,10 @@ def _tiny_shape() -> tuple[int, int]:
 
 
 @pytest.fixture(scope="session")
-def dash_root(tmp_path_factory, tiny_run: Path, tiny_run_bf16: Path) -> Path:
+def dash_root(tmp_path_factory, tiny_run: Path, tiny_run_bf16: Path, agentic_run: Path) -> Path:
     root = tmp_path_factory.mktemp("dash_runs")
     shutil.copytree(tiny_run, root / tiny_run.name)
+    shutil.copytree(agentic_run, root / agentic_run.name)
     shutil.copytree(tiny_run_bf16, root / tiny_run_bf16.name)
     steps, per_step = _tiny_shape()
     synthetic.add_extras(root / tiny_run_bf16.name, steps=steps, samples_per_step=per_step)
@@ -35,6 +37,11 @@ def dash_root(tmp_path_factory, tiny_run: Path, tiny_run_bf16: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny(dash_root: Path, tiny_run: Path) -> Path:
     return dash_root / tiny_run.name
+
+
+@pytest.fixture(scope="session")
+def agentic(dash_root: Path, agentic_run: Path) -> Path:
+    return dash_root / agentic_run.name
 
 
 @pytest.fixture(scope="session")

@@ -43,16 +43,41 @@ EXPECTED = {
     "Contracts": ["Latest check outcomes"],
     "Token view": ["Per-token strips"],
 }
+# Charts the async multi-turn run adds (the Agents page has data only there).
+AGENTIC_EXPECTED = {
+    "Agents": [
+        "Trajectory timeline per worker",
+        "Turns per sample",
+        "Environment failures and refills per step",
+        "Failed and dropped samples by reason",
+        "Rollout queue depth and sessions in flight",
+        "Worker busy fraction",
+    ],
+    "Versions": ["Staleness histogram", "Weight switches per worker", "Weight-sync phases"],
+}
 
 # Notes each page shows over the tiny run as the core wrote it (those tables are empty).
 EMPTY_NOTES = {
     "Sparse attention": ["Top-k rows", "MoE routes"],
     "Quantization": ["quantization parameters"],
     "Contracts": ["contract results"],
+    "Agents": ["turns"],
 }
 
 
-@pytest.mark.parametrize("page", list(PAGES))
+@pytest.mark.parametrize("page", list(AGENTIC_EXPECTED))
+def test_agentic_pages(page, monkeypatch, dash_root, agentic):
+    at = run_page(monkeypatch, dash_root, [agentic.name], page)
+    assert not at.exception, [e.value for e in at.exception]
+    figs = figures(at)
+    for title in AGENTIC_EXPECTED[page]:
+        assert title in figs, f"{page}: missing chart {title!r}; has {list(figs)}"
+        assert figs[title]["traces"] > 0 and figs[title]["points"] > 0, (title, figs[title])
+    if page == "Agents":
+        assert any(t.startswith("Environment latency (p50") for t in figs), list(figs)
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p != "Agents"])
 def test_page_with_data(page, monkeypatch, dash_root, bf16):
     at = run_page(monkeypatch, dash_root, [bf16.name], page)
     assert not at.exception, [e.value for e in at.exception]

@@ -35,7 +35,24 @@ PUBLIC = {
     "evals": "run_id step policy_version split n accuracy reward_mean",
     "contract_results": "run_id checked_at contract check status observed threshold n_rows "
     "n_violations example",
+    # schema version 2 (async agentic RL)
+    "turns": "run_id step sample_id turn worker start_pos context_len context_hash prefix_hash "
+    "n_action_tokens n_observation_tokens policy_version_first policy_version_last "
+    "kv_version_min kv_reused_tokens env_latency_s env_event t_request t_gen_start t_gen_end "
+    "t_env_end",
 }
+AGENTIC = {  # columns schema version 2 added to existing tables
+    "steps": "queue_depth in_flight worker_busy_fraction rollout_wait_s n_env_failures "
+    "n_refilled n_groups_dropped n_weight_switches optimizer_reset",
+    "samples": "worker env_latency_s refill policy_version_rollout_max",
+    "tokens": "turn kv_version",
+}
+
+
+def test_schema_version_2_columns():
+    assert SCHEMA_VERSION == 2
+    for name, cols in AGENTIC.items():
+        assert set(cols.split()) <= set(TABLES[name].column_names), name
 
 
 def test_every_public_column_exists_and_names_are_unique():
