@@ -25,10 +25,10 @@ CONFIG = ROOT / "configs" / "agentic_tiny.toml"
 
 def run_one(mode: str, executor: str, *, steps: int, latency: float, seed: int) -> dict:
     from core.config import load_config
-    from core.telemetry import NullTelemetry
     from core.train.async_grpo import run_async
     from core.train.grpo import run_grpo
     from core.train.session import Session
+    from observability.telemetry import NullTelemetry
 
     overrides = [
         f'rollout.mode="{mode}"',

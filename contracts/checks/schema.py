@@ -17,8 +17,8 @@ from contracts.result import CheckResult, verdict
 from contracts.validate import validate_table
 from observability.parts import check_part, list_parts, telemetry_dir
 from observability.schema import SCHEMA_VERSION, TABLES
-from observability.unrecorded import unrecorded_names
 from observability.spec import KNOWN_SCHEMA_VERSIONS
+from observability.unrecorded import unrecorded_names
 
 C = "schema"
 

@@ -62,6 +62,12 @@ class TurnOutput:
     """Versions that went live while this turn decoded."""
 
 
+def _logits(engine, ids, valid, *, start: int, cache: list) -> torch.Tensor:
+    """[B, V] next-token logits after the chunk ``ids`` (slots ``start..``) through the engine's
+    own forward (its private chunk API: the one place this module depends on it)."""
+    return engine._forward(ids, valid, start=start, cache=cache, routes={}, topk={})[:, -1]
+
+
 def _uniform_rows(requests, max_new: int) -> torch.Tensor:
     """[B, max_new] fp32: each row's uniforms from its own seeded generator."""
     rows = []
@@ -120,7 +126,7 @@ def decode_turns(
         ids[i, p + u - uncached[i] : p + u] = ctx[n:]
         valid[i, p + u - uncached[i] : p + u] = True
     live = engine.policy_version
-    logits = engine._forward(ids[:, p : p + u], valid[:, : p + u], p, cache, {}, {})[:, -1]
+    logits = _logits(engine, ids[:, p : p + u], valid[:, : p + u], start=p, cache=cache)
     slot_version[:, p : p + u] = torch.where(valid[:, p : p + u], live, -1)
     big = torch.iinfo(torch.int64).max
 
@@ -144,7 +150,7 @@ def decode_turns(
             if kv is not None:
                 kv.switched(live)
             if kv is None or kv.on_switch == "invalidate":  # recompute every valid slot
-                logits = engine._forward(ids[:, :cur], valid[:, :cur], 0, cache, {}, {})[:, -1]
+                logits = _logits(engine, ids[:, :cur], valid[:, :cur], start=0, cache=cache)
                 slot_version[:, :cur] = torch.where(valid[:, :cur], live, -1)
                 logit_version[:] = live
                 logit_kv = kv_min(cur)
@@ -162,9 +168,7 @@ def decode_turns(
             break
         ids[:, cur] = torch.where(alive, tok, pad_id)
         valid[:, cur] = alive
-        logits = engine._forward(ids[:, cur : cur + 1], valid[:, : cur + 1], cur, cache, {}, {})[
-            :, -1
-        ]
+        logits = _logits(engine, ids[:, cur : cur + 1], valid[:, : cur + 1], start=cur, cache=cache)
         slot_version[:, cur] = torch.where(alive, live, -1)
         logit_version[:] = live
         logit_kv = kv_min(cur + 1)

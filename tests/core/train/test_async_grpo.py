@@ -11,12 +11,12 @@ from core.config import load_config
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
 from core.rollout.group_batch import groups_to_batch
-from core.telemetry import NullTelemetry
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.async_grpo import run_async
 from core.train.score import actor_forward, trainer_inputs
 from core.train.session import Session
 from observability import open_run
+from observability.telemetry import NullTelemetry
 from tests.conftest import AGENTIC, AGENTIC_CONFIG
 from tests.core.rollout.orchestration import orchestrator
 from tests.core.rollout.script_env import ScriptSource
