@@ -124,3 +124,22 @@ def test_baseline_comparison(tmp_path_factory):
     # against itself as the baseline nothing moved; against healthy the mismatch still did
     assert A.suspects(bug, baseline=bug)["moved"].sum() == 0
     assert A.suspects(bug, baseline=base).loc[0, "suspect"] == "train_rollout_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("name", "signal"),
+    [
+        ("kv-kept-across-switch", "kv_version_mismatch"),
+        ("retokenized-history", "history_retokenized"),
+    ],
+)
+def test_agentic_controls_remove_the_cause(name, signal, tmp_path_factory):
+    from core.scenario import run_scenario
+    from tests.notebooks.scenario_runs import SHORT
+
+    control = list(load_scenario(name).control)
+    root = tmp_path_factory.mktemp("controls")
+    run, _ = run_scenario(name, runs_root=root, steps=4, overrides=[*SHORT, *control])
+    fault = A.suspect_levels(open_run(scenario_run(name, tmp_path_factory)))
+    levels = A.suspect_levels(open_run(run))
+    assert fault[signal].max() > 0 and levels[signal].fillna(0.0).max() == 0.0
