@@ -11,8 +11,8 @@
     every K versions: gather → reshard → quantize → send to every worker; each worker switches
     between two decode steps and reports it (switch, ack); optionally reset the optimizer
 
-Reuses the sync loop's pieces (``score``, ``grpo_token_advantages``, ``trust``, ``optimizer_step``,
-``step_records``); adds the ``turns`` table and per-worker sync rows (``core.train.agent_records``).
+Reuses the sync loop's pieces (``score``, ``grpo_token_advantages``, ``trust``, ``policy_term``,
+``optimizer_step``, ``record_step``); adds the ``turns`` table and per-worker sync rows (``core.train.agent_records``).
 Simplifications: dense models only (no DSA/MoE records on the workers); the eval engine of the
 session doubles as the sync's first receiver and the probe.
 """
@@ -26,8 +26,6 @@ import time
 import torch
 
 from core.algorithms.advantage import grpo_token_advantages
-from core.algorithms.policy_loss import policy_loss
-from core.algorithms.trust import REASON
 from core.rollout.executor import start_workers
 from core.rollout.group_batch import groups_to_batch
 from core.rollout.orchestrator import Orchestrator
@@ -35,10 +33,8 @@ from core.rollout.worker import WorkerSpec
 from core.sync.weight_sync import payload_checksum
 from core.train.agent_records import sync_rows, turn_rows
 from core.train.evaluate import evaluate
-from core.train.grpo import _skip_reason, trust
+from core.train.grpo import _skip_reason, policy_term, record_step, score, trust
 from core.train.metrics import step_metrics
-from core.train.records import step_records
-from core.train.score import actor_forward, old_logp_pass, trainer_inputs
 from core.train.session import Session
 from core.train.update import optimizer_step
 
@@ -155,36 +151,15 @@ def async_train_step(s: Session, ar: AsyncRollout, step: int) -> dict:
     staleness = traj.staleness(v_train)  # [B]
     live = torch.tensor([st in ("trained", "truncated") for st in traj.status])
     traj.drop(live & (staleness > alg.staleness_limit), "stale")
-    trainer_inputs(traj, tok=s.tok, retokenize=cfg.train.retokenize)
-    temp = cfg.rollout.temperature
-    s.actor.train()
-    separate = None
-    if alg.old_logp == "separate":
-        separate = old_logp_pass(s.actor, traj, temperature=temp, replay=False)
-    s.memory.forward_begin({"ids": traj.train_ids, "valid": traj.train_valid})
-    fwd = actor_forward(s.actor, traj, temperature=temp, replay=False)
-    traj.old_logp = {"rollout": traj.rollout_logp, "separate": separate}.get(alg.old_logp)
+    fwd, _ = score(s, traj)  # π_train (with grad) on the exact ids; π_old per algorithm.old_logp
     actions = traj.targets(traj.generated & traj.train_valid)  # [B, T-1]
     n = batch.n_grouped
-    traj.advantages = torch.zeros_like(traj.rollout_logp)  # [B, T]
+    traj.advantages = torch.zeros_like(traj.rollout_logp)  # [B, T]: 0 outside the groups
     traj.advantages[:n], adv_m = grpo_token_advantages(
         traj.reward[:n], traj.generated[:n], group_size=alg.group_size, eps=alg.adv_eps
     )
-    trusted, reason = trust(traj, actions, alg)
-    old = traj.targets(traj.old_logp if traj.old_logp is not None else traj.train_logp)
-    terms = {
-        "policy": policy_loss(
-            fwd.logp,
-            old,
-            traj.targets(traj.advantages),
-            trusted,
-            kind=alg.policy_loss,
-            eps_low=alg.eps_low,
-            eps_high=alg.eps_high,
-            agg_mode=alg.loss_agg_mode,
-            denominator=actions.sum(),
-        )
-    }
+    trusted, reason = trust(traj, actions, alg)  # dis | icepop | none, drops
+    terms = {"policy": policy_term(fwd.logp, traj, trusted, actions=actions, alg=alg)}
     s.memory.forward_end(fwd.logits)
     skip = None if bool(trusted.any()) else _skip_reason(traj)
     update = optimizer_step(s.models.actor, terms, memory=s.memory, skip_reason=skip)
@@ -226,20 +201,19 @@ def async_train_step(s: Session, ar: AsyncRollout, step: int) -> dict:
         optimizer_reset=reset,
         trained_samples=n,
     )
-    tables = step_records(
+    s.telemetry.emit("turns", turn_rows(batch.episodes, step=step))
+    if ar.rows:
+        s.telemetry.emit("weight_syncs", sync_rows(ar.rows))
+        ar.rows = []
+    record_step(
+        s,
         traj,
         step=step,
-        reason=traj.token_aligned(reason, fill=REASON["not_action"]),
+        reason=reason,
         v_train=v_train,
         metrics={k: v for k, v in metrics.items() if k != "trained_samples"},
-        const=s.run_constants,
+        sparse=None,
     )
-    tables["turns"] = turn_rows(batch.episodes, step=step)
-    if ar.rows:
-        tables["weight_syncs"], ar.rows = sync_rows(ar.rows), []
-    for table, columns in tables.items():
-        s.telemetry.emit(table, columns)
-    s.telemetry.step_end(step)
     return metrics
 
 
