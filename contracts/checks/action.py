@@ -129,18 +129,22 @@ def _near(bounds: list[float], tol: float) -> str:
     needs=("tokens.rollout_logp", "tokens.train_logp", "tokens.trust_mask", "tokens.mask_reason"),
 )
 def trust_mask_recomputed(ctx: CheckContext) -> CheckResult:
-    """The recorded trust mask and reason equal the run's declared rule recomputed from log-probs."""
+    """The recorded trust mask and reason equal the run's declared rule recomputed from log-probs
+    (tokens of samples out of the batch: ``stale``, or ``dropped`` for environment failures and
+    dropped groups)."""
     skip = missing_tokens(ctx, "actions", "action tokens")
     if skip is not None:
         return skip
     expected, near, params, label = _rule_sql(ctx)
     source = f"""
         SELECT sample_id, step, pos, rollout_logp, train_logp, r AS ratio, trust_mask,
-               mask_reason, CASE WHEN sample_status = 'stale' THEN 'stale' ELSE {expected} END
-               AS expected_reason
+               mask_reason, coalesce(sample_status, {expected}) AS expected_reason
         FROM (SELECT sample_id, step, pos, rollout_logp, train_logp, trust_mask, mask_reason,
                      CASE WHEN sample_id IN (SELECT sample_id FROM samples WHERE status = 'stale')
-                          THEN 'stale' END AS sample_status,
+                          THEN 'stale'
+                          WHEN sample_id IN (SELECT sample_id FROM samples
+                                             WHERE status IN ('env_failure', 'dropped_group'))
+                          THEN 'dropped' END AS sample_status,
                      (train_logp - rollout_logp)::DOUBLE AS d, exp(d) AS r
               FROM tokens
               WHERE role = 'action' AND isfinite(rollout_logp) AND isfinite(train_logp))

@@ -46,6 +46,8 @@ def test_async_run_records_the_agentic_telemetry_and_passes_its_contracts(agenti
         "versions_monotonic_per_worker",
         "env_failures_not_trained",
     }
+    # tokens of env-failed samples and dropped groups are recorded as 'dropped', as recomputed
+    assert gate.result("action.trust_mask_recomputed").status == "pass"
     assert all(r.status in ("pass", "not_applicable") for r in agentic), [
         (r.check, r.status, r.message) for r in agentic
     ]
