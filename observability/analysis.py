@@ -109,7 +109,7 @@ class Signal:
 
 # Tolerances, from what this system measures when healthy: TITO holds exactly (0 re-tokenized
 # tokens, 0 turns whose engine context differs from the trajectory); no token is decoded against
-# keys/values of another version (0: any such token is the fault, hence τ = 1e-4); the synchronous loop trains fresh samples (staleness 0); fp32 engines agree to ~3e-7
+# keys/values of another version (both exactly 0 when healthy: any is the fault, τ = 1e-5); the synchronous loop trains fresh samples (staleness 0); fp32 engines agree to ~3e-7
 # nats per token, bf16 engines to 5e-3–8e-3 (a bf16 rollout registers, 5–8×); IcePop (β = 2)
 # masks no fp32 or bf16 token; deterministic Top-k kernels pick identical sets; int4 g32 rollout
 # weights are off by ~1e-2 per tensor (max), and even bf16 rounding of them by ~6e-4.
@@ -137,13 +137,13 @@ SIGNALS = (
         "kv_version_mismatch",
         "action tokens decoded against keys/values of another policy version (KV kept across "
         "a weight switch)",
-        1e-4,
+        1e-5,
     ),
     Signal(
         "history_retokenized",
         "turns whose engine context differs from the exact trajectory before them (multi-turn "
         "history re-tokenized)",
-        1e-4,
+        1e-5,
     ),
 )
 """The candidate causes, in the order the suspects table lists ties."""
