@@ -98,11 +98,15 @@ def test_stale_samples_are_dropped_with_their_reason():
             "rollout.in_flight_groups=6",
             "tool.crash_rate=0.0",
             "tool.malformed_rate=0.0",
+            "optim.reset_on_sync=true",
         ],
     )
     s = Session(cfg, NullTelemetry(), tok=TOK)
     out = run_async(s, steps=2)
     first, second = out["steps"]
     assert first["stale_fraction"] == 0.0 and first["optimizer_stepped"]
+    assert first["optimizer_reset"] and not second["optimizer_reset"]  # reset after each sync
+    state = [v for st in s.optimizer.state.values() for v in st.values()]
+    assert state and all(float(v.abs().sum()) == 0.0 for v in state)  # AdamW as new
     assert second["stale_fraction"] == 1.0 and second["skip_reason"] == "stale"
     assert second["staleness_max"] >= 1
