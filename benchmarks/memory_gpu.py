@@ -27,8 +27,7 @@ MIB = 2**20
 def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
     """One GRPO step, trainer half on CUDA; returns (ledger peak, torch peak, the ledger's Peak)."""
     from core.algorithms.advantage import grpo_token_advantages
-    from core.algorithms.policy_loss import policy_loss
-    from core.train.grpo import collect_step, trust
+    from core.train.grpo import collect_step, policy_term, trust
     from core.train.score import actor_forward, trainer_inputs
     from core.train.update import optimizer_step
 
@@ -55,20 +54,8 @@ def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
         traj.reward, traj.generated, group_size=alg.group_size, eps=alg.adv_eps
     )
     trusted, _ = trust(traj, actions, alg)
-    old = traj.targets(traj.rollout_logp if alg.old_logp == "rollout" else traj.train_logp)
-    terms = {
-        "policy": policy_loss(
-            fwd.logp,
-            old,
-            traj.targets(traj.advantages),
-            trusted,
-            kind=alg.policy_loss,
-            eps_low=alg.eps_low,
-            eps_high=alg.eps_high,
-            agg_mode=alg.loss_agg_mode,
-            denominator=actions.sum(),
-        )
-    }
+    traj.old_logp = traj.rollout_logp if alg.old_logp == "rollout" else None
+    terms = {"policy": policy_term(fwd.logp, traj, trusted, actions=actions, alg=alg)}
     mem.forward_end(fwd.logits)
     optimizer_step(s.models.actor, terms, memory=mem)
     dev.synchronize()
