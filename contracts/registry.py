@@ -30,6 +30,7 @@ CONTRACTS = (
     "agentic",
     "teacher_quant",
     "memory",
+    "parallel",
     "regression",
 )
 """Contract groups in run order (the store and schemas first, then whether the run finished,

@@ -314,6 +314,12 @@ def qparams_equality(con: Con) -> pd.DataFrame:
 # -- memory ------------------------------------------------------------------------------------
 
 
+def rank_steps(con: Con) -> pd.DataFrame:
+    """Per rank and step (``steps``, not aggregated): step time and the ledger's peak bytes."""
+    sql = "SELECT step, rank, step_time_s, peak_memory_bytes FROM steps ORDER BY step, rank"
+    return df(con, sql)
+
+
 def memory_ranks(con: Con) -> list[int]:
     rows = con.execute(
         "SELECT DISTINCT rank FROM memory_peaks UNION SELECT DISTINCT rank FROM memory_events "

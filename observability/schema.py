@@ -148,6 +148,24 @@ _TABLES = (
         key=("run_id", "step", "rank"),
     ),
     TableSpec(
+        "train_logprobs",
+        "the trainer's log-prob and logsumexp of each scored target token, per step and rank",
+        (
+            RUN_ID,
+            STEP,
+            RANK,
+            POLICY_VERSION,
+            _c("tp_size", I32, "tensor-parallel size of the trainer", nullable=False, min=1),
+            SAMPLE_ID,
+            POS,
+            _nonneg("token_id", I32, "the scored (target) token", nullable=False, below_vocab=True),
+            _logp("logp", "log-prob of token_id given the prefix (vocabulary-parallel under TP)"),
+            _c("logsumexp", F32, "logsumexp of the tempered logits", finite=True),
+        ),
+        key=("run_id", "step", "rank", "sample_id", "pos"),
+        per_token=True,
+    ),
+    TableSpec(
         "samples",
         "one row per trajectory",
         (

@@ -4,6 +4,7 @@ from contracts.checks import (  # noqa: F401  (registration side effects)
     action,
     agentic,
     memory,
+    parallel,
     regression,
     run,
     schema,

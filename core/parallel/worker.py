@@ -6,7 +6,8 @@ of seeded task problems, seeded ±1 advantages) and records, per step, the step-
 and logsumexp of the targets, the loss, the grad norm, the step time and the process's peak RSS.
 Rank 0 writes everything (plus the final weights gathered to full, and how far the replicated
 parameters drifted apart across ranks) to ``--out`` with ``torch.save``; with ``--logits`` it
-also reduces given TP = 1 logits vocabulary-parallel (``vocab_check``). At TP = 1 ``run`` also
+also reduces given TP = 1 logits vocabulary-parallel (``vocab_check``); with ``--run-dir`` every
+rank records telemetry into one run per model (``core.parallel.recorder``). At TP = 1 ``run`` also
 works in-process without torchrun (the reference the tests and the benchmark compare against).
 Models: ``base`` (the shipped base model), ``qk-norm-tied`` (the base shape with Qwen3 q/k norms
 and tied embeddings, seeded random weights) and ``bench`` (a wider seeded random model).
@@ -29,6 +30,7 @@ from core.model.config import ModelConfig
 from core.model.hf_weights import engine_shapes
 from core.parallel.group import init_tensor_parallel, tp_group, tp_rank, tp_size
 from core.parallel.logprobs import vocab_parallel_logprobs
+from core.parallel.recorder import RankRecorder
 from core.parallel.shard import gather_weights, partition, shard_weights
 from core.parallel.step import PolicyBatch, policy_step
 from core.rollout.engine import left_pad
@@ -96,19 +98,35 @@ def fixed_batch(
     return PolicyBatch(ids, valid, action[:, 1:], adv)
 
 
-def run(model: str, *, steps: int, lr: float = 1e-4, batch_size: int = 16) -> dict:
-    """Train ``steps`` steps at the current TP size; every rank returns the same record."""
+def run(
+    model: str,
+    *,
+    steps: int,
+    lr: float = 1e-4,
+    batch_size: int = 16,
+    run_dir: str | Path | None = None,
+) -> dict:
+    """Train ``steps`` steps at the current TP size; every rank returns the same record. With
+    ``run_dir`` every rank also records its telemetry there (``core.parallel.recorder``)."""
     full, cfg = model_weights(model)
     actor = Actor(cfg, seed=0)
     actor.load_weights(shard_weights(full, cfg, rank=tp_rank(), size=tp_size()))
     opt = torch.optim.AdamW(actor.parameters(), lr=lr, betas=(0.9, 0.99), eps=1e-8)
     bench = model == "bench"
     batch = fixed_batch(batch_size, vocab_size=cfg.vocab_size, seq_len=64 if bench else None)
+    config = {"model": model, "steps": steps, "lr": lr, "batch_size": batch_size, "tp": tp_size()}
+    recorder = (
+        None if run_dir is None else RankRecorder(run_dir, config=config, vocab_size=cfg.vocab_size)
+    )
     rec: dict = {k: [] for k in ("logp", "logsumexp", "loss", "grad_norm", "step_time_s")}
-    for _ in range(steps):
+    for step in range(steps):
         t0 = time.perf_counter()
         out = policy_step(actor, opt, batch)
         rec["step_time_s"].append(time.perf_counter() - t0)
+        if recorder is not None:
+            recorder.step(
+                step, out, batch, actor=actor, optimizer=opt, seconds=rec["step_time_s"][-1]
+            )
         for k in ("logp", "logsumexp", "loss", "grad_norm"):
             rec[k].append(out[k])
     rec = {k: torch.stack(v) if k != "step_time_s" else v for k, v in rec.items()}
@@ -122,6 +140,8 @@ def run(model: str, *, steps: int, lr: float = 1e-4, batch_size: int = 16) -> di
     else:
         rec["weights"] = {k: v.detach().clone() for k, v in local.items()}
         rec["replicated_max_diff"] = 0.0
+    if recorder is not None:
+        recorder.close()
     return rec
 
 
@@ -175,12 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--out", required=True, help="torch.save file written by rank 0")
     p.add_argument("--logits", default=None, help="also run vocab_check on this torch.save file")
+    p.add_argument(
+        "--run-dir", default=None, help="record telemetry in RUN_DIR/<model>-tp<N> (one run each)"
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     init_tensor_parallel(args.tp)
     results = {}
     for model in args.models:
-        rec = run(model, steps=args.steps, batch_size=args.batch_size)
+        run_dir = None if args.run_dir is None else Path(args.run_dir) / f"{model}-tp{args.tp}"
+        rec = run(model, steps=args.steps, batch_size=args.batch_size, run_dir=run_dir)
         rec["step_time_s_per_rank"] = [_per_rank(t) for t in rec.pop("step_time_s")]
         rec["peak_rss_bytes_per_rank"] = _per_rank(rec.pop("peak_rss_bytes"))
         rec["state_bytes_per_rank"] = _per_rank(rec.pop("state_bytes"))

@@ -1,5 +1,6 @@
-"""Memory: per-step peak bytes stacked by the seven ledger categories and by owner
-(``memory_peaks``), and live ledger bytes over time (``memory_events``)."""
+"""Memory: per-rank step time and peak bytes of multi-rank runs (``steps``), per-step peak bytes
+stacked by the seven ledger categories and by owner (``memory_peaks``), and live ledger bytes over
+time (``memory_events``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,35 @@ def live_grid(live: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def per_rank(runs) -> None:
+    """Step time and peak memory of every rank, one line per (run, rank); multi-rank runs only."""
+    frame = ui.gather(runs, queries.rank_steps)
+    if frame.empty or frame["rank"].nunique() < 2:
+        return
+    frame = frame.assign(
+        run_id=frame["run_id"] + " · rank " + frame["rank"].astype(str),
+        gib=frame["peak_memory_bytes"].astype(float) / GIB,
+    )
+    ui.chart(
+        charts.run_lines(
+            frame,
+            x="step",
+            ys={"step_time_s": "step time"},
+            title="Step time per rank",
+            y_title="s",
+        ),
+        "mem_rank_time",
+    )
+    ui.chart(
+        charts.run_lines(
+            frame, x="step", ys={"gib": "peak"}, title="Peak memory per rank", y_title="GiB"
+        ),
+        "mem_rank_peak",
+    )
+
+
 def body(runs) -> None:
+    per_rank(runs)
     ranks = sorted(
         {r for run in runs for r in ui.handle(str(run.path)).query(queries.memory_ranks)}
     )

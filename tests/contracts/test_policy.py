@@ -26,6 +26,7 @@ def test_registry_lists_every_contract_of_the_issue():
         "agentic",
         "teacher_quant",
         "memory",
+        "parallel",
         "regression",
     }
     assert len(KNOWN) == len(set(KNOWN))

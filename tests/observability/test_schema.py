@@ -32,6 +32,8 @@ PUBLIC = {
     "memory_events": "run_id ts step rank device object category event bytes logical_shape dtype "
     "layout producer consumer owner event_id persistent device_kind",
     "memory_peaks": "run_id step rank category owner bytes",
+    "train_logprobs": "run_id step rank policy_version tp_size sample_id pos token_id logp "
+    "logsumexp",
     "evals": "run_id step policy_version split n accuracy reward_mean",
     "contract_results": "run_id checked_at contract check status observed threshold n_rows "
     "n_violations example",

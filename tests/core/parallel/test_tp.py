@@ -1,8 +1,8 @@
 """Megatron tensor parallelism on the CPU: TP = 2 as two gloo processes (torchrun) vs TP = 1.
 
-One torchrun launch (module fixture) runs ``core.parallel.worker`` at TP = 2 for two models (the
+One torchrun launch (``conftest.tp2``) runs ``core.parallel.worker`` at TP = 2 for two models (the
 shipped base model; its shape with Qwen3 q/k norms and tied embeddings) and reduces TP = 1 logits
-vocabulary-parallel; the TP = 1 references run in-process with the same code and weights.
+vocabulary-parallel; the TP = 1 references (``conftest.tp1``) run in-process with the same code.
 
 Contract and tolerances:
 - the vocabulary-parallel reduction (megatron's vocab-parallel cross-entropy and its max/sum
@@ -21,10 +21,6 @@ Contract and tolerances:
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -33,52 +29,8 @@ from core.model.actor import Actor
 from core.model.config import ModelConfig
 from core.parallel.logprobs import vocab_parallel_logprobs
 from core.parallel.shard import check_divisible, partition, shard_weights, unshard_weights
-from core.parallel.worker import fixed_batch, model_weights, run
-
-MODELS = ("base", "qk-norm-tied")
-STEPS, LR, TEMPERATURE = 5, 1e-4, 0.7
-
-
-@pytest.fixture(scope="module")
-def tp2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tp")
-    full, cfg = model_weights("base")
-    actor = Actor(cfg)
-    actor.load_weights(full)
-    batch = fixed_batch(16, vocab_size=cfg.vocab_size)
-    with torch.no_grad():
-        logits = actor.logits(batch.input_ids, batch.valid)[:, :-1]  # [B, T-1, V]
-    ref = {"logits": logits, "targets": batch.input_ids[:, 1:], "temperature": TEMPERATURE}
-    torch.save(ref, d / "logits.pt")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "core.parallel.worker",
-        "--tp",
-        "2",
-        "--steps",
-        str(STEPS),
-        "--models",
-        *MODELS,
-        "--logits",
-        str(d / "logits.pt"),
-        "--out",
-        str(d / "tp2.pt"),
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return torch.load(d / "tp2.pt"), ref, batch
-
-
-@pytest.fixture(scope="module")
-def tp1():
-    return {m: run(m, steps=STEPS, lr=LR) for m in MODELS}
+from core.parallel.worker import model_weights
+from tests.core.parallel.conftest import LR, MODELS, STEPS, TEMPERATURE
 
 
 def test_vocab_parallel_reduction_equals_log_softmax(tp2):
