@@ -3,7 +3,8 @@
 Every rank builds the actor at TP = N from the same full weights (sharded with
 ``core.parallel.shard``), runs ``steps`` GRPO steps on one fixed batch (prompt + reference answer
 of seeded task problems, seeded ±1 advantages) and records, per step, the step-start log-probs
-and logsumexp of the targets, the loss, the grad norm, the step time and the process's peak RSS.
+and logsumexp of the targets, the loss, the grad norm, the step's wall and CPU time and the
+process's peak RSS.
 Rank 0 writes everything (plus the final weights gathered to full, and how far the replicated
 parameters drifted apart across ranks) to ``--out`` with ``torch.save``; with ``--logits`` it
 also reduces given TP = 1 logits vocabulary-parallel (``vocab_check``); with ``--run-dir`` every
@@ -118,18 +119,20 @@ def run(
     recorder = (
         None if run_dir is None else RankRecorder(run_dir, config=config, vocab_size=cfg.vocab_size)
     )
-    rec: dict = {k: [] for k in ("logp", "logsumexp", "loss", "grad_norm", "step_time_s")}
+    timed = ("step_time_s", "step_cpu_s")
+    rec: dict = {k: [] for k in ("logp", "logsumexp", "loss", "grad_norm", *timed)}
     for step in range(steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = policy_step(actor, opt, batch)
         rec["step_time_s"].append(time.perf_counter() - t0)
+        rec["step_cpu_s"].append(time.process_time() - c0)  # all threads, gloo's included
         if recorder is not None:
             recorder.step(
                 step, out, batch, actor=actor, optimizer=opt, seconds=rec["step_time_s"][-1]
             )
         for k in ("logp", "logsumexp", "loss", "grad_norm"):
             rec[k].append(out[k])
-    rec = {k: torch.stack(v) if k != "step_time_s" else v for k, v in rec.items()}
+    rec = {k: v if k in timed else torch.stack(v) for k, v in rec.items()}
     rec["action_mask"] = batch.action_mask
     rec["state_bytes"] = _state_bytes(actor, opt)
     rec["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -206,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = None if args.run_dir is None else Path(args.run_dir) / f"{model}-tp{args.tp}"
         rec = run(model, steps=args.steps, batch_size=args.batch_size, run_dir=run_dir)
         rec["step_time_s_per_rank"] = [_per_rank(t) for t in rec.pop("step_time_s")]
+        rec["step_cpu_s_per_rank"] = [_per_rank(t) for t in rec.pop("step_cpu_s")]
         rec["peak_rss_bytes_per_rank"] = _per_rank(rec.pop("peak_rss_bytes"))
         rec["state_bytes_per_rank"] = _per_rank(rec.pop("state_bytes"))
         results[model] = rec
