@@ -22,6 +22,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,10 +101,16 @@ class PartWriter:
             (self.root / name).mkdir(parents=True, exist_ok=True)
 
     def write(
-        self, table: pa.Table, spec: TableSpec, *, covers: tuple[int, int] | None = None
-    ) -> tuple[Path, int]:
+        self,
+        table: pa.Table,
+        spec: TableSpec,
+        *,
+        covers: tuple[int, int] | None = None,
+        ready: Callable[[], bool] | None = None,
+    ) -> tuple[Path, int] | None:
         """Atomically write ``table`` as a new part of ``spec.name`` (``covers``: the seq range of
-        this writer's parts it merges); returns its path and seq (its first covered seq)."""
+        this writer's parts it merges); returns its path and seq (its first covered seq). With
+        ``ready``, the written file is committed only if ``ready()`` holds (else None)."""
         if covers is None:
             with self._lock:
                 self._seq += 1
@@ -125,6 +132,9 @@ class PartWriter:
             raise
         finally:
             raw.close()
+        if ready is not None and not ready():
+            tmp.unlink()
+            return None
         os.replace(tmp, final)
         fsync_dir(final.parent)
         return final, seq

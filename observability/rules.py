@@ -1,9 +1,9 @@
 """The column rules: derived once from the schema's ``ColumnSpec``s, read by every checker.
 
 ``table_rules(table, vocab_size)`` lists a table's rules (per column in ``KINDS`` order, the most
-basic first); the writer evaluates them on each batch
-(``first_violation``, polars), ``contracts/schemas.py`` turns each into a pandera check with the
-same polars expression, and ``violation_sql`` gives the same rule as a DuckDB predicate. Kinds:
+basic first); the writer evaluates them on each batch (``first_violation``, one polars pass),
+``contracts/schemas.py`` turns each into a pandera check with the same polars expression, and
+``violation_sql`` gives the same rule as a DuckDB predicate. Kinds:
 ``not_null``, ``enum``, ``finite``, ``min``, ``max`` (inclusive) and ``below_vocab`` (< the run's
 ``vocab_size``). Nulls pass every rule but ``not_null``; NaN passes bounds (``finite`` judges it);
 list columns apply the value rules to every element. Simplification: the first failing row per
@@ -12,6 +12,7 @@ rule is what a checker reports (the pandera models report them all).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -126,17 +127,20 @@ def table_rules(table: str, vocab_size: int | None = None) -> tuple[Rule, ...]:
     return tuple(r for col in table_spec(table).columns for r in column_rules(col, vocab_size))
 
 
-def first_violation(frame: pl.DataFrame, rules: tuple[Rule, ...]) -> tuple[Rule, int] | None:
-    """The earliest row of ``frame`` breaking one of ``rules`` (ties: the first rule), with the
-    rule; None when every row passes. One polars pass over the rules' columns."""
+def first_violation(
+    frame: pl.DataFrame, rules: tuple[Rule, ...]
+) -> Callable[[], tuple[Rule, int] | None]:
+    """Start one polars pass over the rules' columns (in polars' own threads, so the caller can
+    work meanwhile); the returned function waits for it and gives the earliest row of ``frame``
+    breaking one of ``rules`` (ties: the first rule) with the rule, or None."""
     rules = tuple(r for r in rules if r.column in frame.columns)
     if not rules or frame.height == 0:
-        return None
-    firsts = frame.select(
-        [(~r.ok()).arg_true().first().alias(str(i)) for i, r in enumerate(rules)]
-    ).row(0)
-    found = [(row, i) for i, row in enumerate(firsts) if row is not None]
-    if not found:
-        return None
-    row, i = min(found)
-    return rules[i], int(row)
+        return lambda: None
+    firsts = [(~r.ok()).arg_true().first().alias(str(i)) for i, r in enumerate(rules)]
+    query = frame.lazy().select(firsts).collect(background=True)
+
+    def result() -> tuple[Rule, int] | None:
+        found = [(row, i) for i, row in enumerate(query.fetch_blocking().row(0)) if row is not None]
+        return None if not found else (rules[min(found)[1]], int(min(found)[0]))
+
+    return result

@@ -33,7 +33,7 @@ import pyarrow as pa
 from observability import records
 from observability.config import TelemetryConfig
 from observability.parts import Merger, PartWriter
-from observability.schema import SCHEMA_VERSION, table_spec
+from observability.schema import SCHEMA_VERSION, TableSpec, table_spec
 from observability.unrecorded import unrecorded_names
 
 RUN_INFO_KEYS = tuple(
@@ -44,8 +44,9 @@ RUN_INFO_KEYS = tuple(
 
 MAX_QUEUED_BYTES = 1 << 30
 """Bytes of emitted batches not yet written beyond which ``emit`` blocks (backpressure)."""
-_POOL = records.BufferPool()
-"""Memory for ``emit``'s copies, shared by the sinks of the process (``records.BufferPool``)."""
+_POOL = records.BufferPool(max_bytes=MAX_QUEUED_BYTES)
+"""Memory for ``emit``'s copies, shared by the sinks of the process: at most what the queue may
+hold waits there for reuse (``records.BufferPool``)."""
 _CLOSE_TIMEOUT_S = 120.0
 
 
@@ -351,19 +352,27 @@ class DuckDBTelemetry:
                 continue
             by_table.setdefault(table, []).append(converted)
         for table in list(by_table):
-            data = self._validated(table, by_table.pop(table))
-            if data is not None and data.num_rows:
-                path, seq = self._parts.write(data, table_spec(table))
-                self._merger.add(table, path, seq, data.num_rows)
+            batches, spec = by_table.pop(table), table_spec(table)
+            data = records.unify([b for b, _ in batches], spec)
+            if not data.num_rows:  # every row outside the token sample
+                continue
+            check = tuple({name for _, names in batches for name in names})
+            clean = records.violation(data, spec, check, self.vocab_size, later=True)
+            # the rules run in polars' threads while the part is encoded; committed if clean
+            written = self._parts.write(data, spec, ready=lambda clean=clean: clean() is None)
+            if written is None:  # a batch broke a rule: reject it alone, write the others
+                data = self._validated(spec, batches)
+                written = self._parts.write(data, spec) if data is not None else None
+            if written is not None:
+                self._merger.add(table, *written, data.num_rows)
             del data  # the last reference to the snapshot's buffers
         _POOL.release(buffers)
         self._done_bytes += done
         self._progress.put(None)
         self._merger.prune()
 
-    def _validated(self, table: str, batches: list) -> pa.Table | None:
+    def _validated(self, spec: TableSpec, batches: list) -> pa.Table | None:
         """The batches that pass every rule, joined; each failing batch is rejected alone."""
-        spec = table_spec(table)
         while batches:
             data = records.unify([b for b, _ in batches], spec)
             check = tuple({name for _, names in batches for name in names})
