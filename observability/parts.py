@@ -18,12 +18,12 @@ that long. Merges are tiered: ``FANIN`` parts of one level make one part of the 
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,7 +42,6 @@ FANIN = 8
 PRUNE_AFTER_S = 300.0
 """Covered parts are deleted this long after their cover appeared: how long a reader's snapshot
 (``open_run`` / ``refresh``) of a live run stays readable."""
-_NAME = re.compile(r"part-r(\d+)-([0-9a-z]+)-(\d+)(?:-(\d+))?\.parquet")
 
 
 def telemetry_dir(run_dir: str | os.PathLike) -> Path:
@@ -149,61 +148,63 @@ def _write_parquet(table: pa.Table, out: pa.NativeFile, spec: TableSpec) -> None
         writer.add_key_value_metadata(spec.arrow_schema.metadata)
 
 
-def _cover(path: Path) -> tuple[str, int, int] | None:
-    """(writer, first seq, last seq) of a part's name, or None for another name."""
-    m = _NAME.fullmatch(path.name)
-    if m is None:
+@lru_cache(maxsize=1 << 16)
+def _cover(name: str) -> tuple[str, int, int] | None:
+    """(writer, first seq, last seq) of a part's file name, or None for another name."""
+    fields = name.removesuffix(".parquet").split("-")  # part, r<rank>, <writer>, <seq>[, <last>]
+    if len(fields) not in (4, 5) or not all(f.isdigit() for f in fields[3:]):
         return None
-    first = int(m[3])
-    return f"{m[1]}-{m[2]}", first, int(m[4]) if m[4] else first
+    return f"{fields[1]}-{fields[2]}", int(fields[3]), int(fields[-1])
 
 
-def _split(paths: list[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
-    """(visible parts, [(covered part, its cover)]) of one table directory's parts."""
-    by_writer: dict[str, list[tuple[int, int, Path]]] = {}
+def _split(names: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """(visible parts, [(covered part, its cover)]) of one table directory's part names."""
+    by_writer: dict[str, list[tuple[int, int, str]]] = {}
     visible = []
-    for p in paths:
-        c = _cover(p)
+    for name in names:
+        c = _cover(name)
         if c is None:
-            visible.append(p)
+            visible.append(name)
         else:
-            by_writer.setdefault(c[0], []).append((c[1], -c[2], p))
+            by_writer.setdefault(c[0], []).append((c[1], -c[2], name))
     covered = []
     for parts in by_writer.values():
-        reach, cover = -1, None
-        for _, neg_last, p in sorted(parts):
+        reach, cover = -1, ""
+        for _, neg_last, name in sorted(parts):
             if -neg_last <= reach:
-                covered.append((p, cover))
+                covered.append((name, cover))
             else:
-                visible.append(p)
-                reach, cover = -neg_last, p
+                visible.append(name)
+                reach, cover = -neg_last, name
     return sorted(visible), covered
 
 
-def _listing(run_dir: str | os.PathLike, table: str) -> tuple[list[Path], list[tuple[Path, Path]]]:
+def _listing(run_dir: str | os.PathLike, table: str) -> tuple[Path, list[str], list[tuple]]:
+    """(the table's folder, visible part names, [(covered name, its cover's name)])."""
     d = telemetry_dir(run_dir) / table
     try:
-        names = [e.name for e in os.scandir(d)]
+        names = [n for n in os.listdir(d) if n.startswith("part-") and n.endswith(".parquet")]
     except (FileNotFoundError, NotADirectoryError):
-        return [], []
-    return _split([d / n for n in names if n.startswith("part-") and n.endswith(".parquet")])
+        return d, [], []
+    return d, *_split(names)
 
 
 def list_parts(run_dir: str | os.PathLike, table: str, *, covered: bool = False) -> list[Path]:
     """Visible committed parts of ``table`` (no tmp files, no parts a merged part covers),
     sorted by name; ``covered``: the covered ones instead (hidden, not yet pruned)."""
-    visible, hidden = _listing(run_dir, table)
-    return sorted(p for p, _ in hidden) if covered else visible
+    d, visible, hidden = _listing(run_dir, table)
+    return sorted(d / n for n, _ in hidden) if covered else [d / n for n in visible]
 
 
 def prune(run_dir: str | os.PathLike, *, older_than: float = PRUNE_AFTER_S) -> int:
     """Delete covered parts whose cover is at least ``older_than`` seconds old; returns how many."""
     now, n = time.time(), 0
     for table in TABLES:
-        for part, cover in _listing(run_dir, table)[1]:
+        d, _, hidden = _listing(run_dir, table)
+        for part, cover in hidden:
             try:
-                if now - cover.stat().st_mtime >= older_than:
-                    part.unlink()
+                if now - (d / cover).stat().st_mtime >= older_than:
+                    (d / part).unlink()
                     n += 1
             except FileNotFoundError:
                 pass
