@@ -33,6 +33,8 @@ from observability.sampling import keep_tokens_for
 from observability.schema import ColumnSpec, TableSpec, table_spec
 
 SCALARS = (int, float, bool, str, bytes, dict, datetime, date, np.generic)
+_SCALARS: dict[tuple, pa.Array] = {}
+"""Converted broadcast scalars by (column spec id, type, value), up to 4096 of them."""
 _ARROW = (pa.Array, pa.ChunkedArray)
 
 
@@ -255,10 +257,14 @@ def to_arrow(values: Any, col: ColumnSpec, n: int, where: str) -> pa.Array:
         if column_length(values) is None:  # a scalar: one row, repeated
             if isinstance(values, np.ndarray | np.generic):
                 values = values.item()
-            one = to_arrow([values], col, 1, where)
+            key = (id(col), type(values), values) if not isinstance(values, dict) else None
+            if (one := _SCALARS.get(key)) is None:  # a run's scalars recur every step
+                one = to_arrow([values], col, 1, where)
+                if key is not None and len(_SCALARS) < 4096:
+                    _SCALARS[key] = one
             if pa.types.is_string(one.type):  # n strings: one value and n 1-byte codes
                 return _repeated(one, n)
-            return one if n == 1 else one.take(pa.array(np.zeros(n, dtype=np.int32)))
+            return one if n == 1 else pa.repeat(one[0], n)
         if isinstance(values, np.ndarray):
             mask = np.ma.getmask(values) if isinstance(values, np.ma.MaskedArray) else None
             data = np.ma.getdata(values)
@@ -275,6 +281,35 @@ def to_arrow(values: Any, col: ColumnSpec, n: int, where: str) -> pa.Array:
         raise ValueError(f"{where}: cannot convert to {col.type}: {e}") from e
     except (pa.ArrowException, TypeError, OverflowError) as e:
         raise ValueError(f"{where}: cannot convert to {col.type}: {e}") from e
+
+
+def join(batches: list[tuple[dict[str, Any], int]]) -> tuple[dict[str, Any], int] | None:
+    """Snapshots of one table with the same columns as one (arrays and lists concatenated, a
+    scalar all share kept, differing scalars repeated per row), or None if a column differs in
+    kind: a flush then converts a table once instead of once a batch."""
+    first = batches[0][0]
+    if len(batches) == 1 or any(b.keys() != first.keys() for b, _ in batches):
+        return batches[0] if len(batches) == 1 else None
+    out, lengths = {}, [n for _, n in batches]
+    for name, v0 in first.items():
+        vs = [b[name] for b, _ in batches]
+        kind = type(v0)
+        if kind in (np.ndarray, np.ma.MaskedArray) and all(
+            type(v) is kind and v.dtype == v0.dtype and v.shape[1:] == v0.shape[1:] for v in vs
+        ):
+            out[name] = np.ma.concatenate(vs) if kind is np.ma.MaskedArray else np.concatenate(vs)
+        elif kind is list and all(type(v) is list for v in vs):
+            out[name] = [x for v in vs for x in v]
+        elif all(column_length(v) is None and not isinstance(v, dict) for v in vs):
+            if all(type(v) is kind and (v is v0 or v == v0) for v in vs):
+                out[name] = v0
+            elif all(type(v) in (int, float, np.int64, np.float64) for v in vs):
+                out[name] = np.repeat(np.asarray(vs), lengths)
+            else:
+                out[name] = [v for v, n in zip(vs, lengths, strict=True) for _ in range(n)]
+        else:
+            return None
+    return out, sum(lengths)
 
 
 def _exempt(v: Any, col: ColumnSpec) -> bool:
@@ -314,7 +349,7 @@ def to_table(
     arrays["run_id"] = _repeated(pa.array([run_id]), n)
     out = [arrays[c.name] if c.name in arrays else _nulls(n, c.type) for c in spec.columns]
     check = tuple(k for k, v in given.items() if not _exempt(v, spec.column(k)))
-    return pa.Table.from_arrays(out, schema=_schema(spec, tuple(a.type for a in out))), check
+    return pa.Table.from_arrays(out, schema=_schema(spec.name, tuple(a.type for a in out))), check
 
 
 def _repeated(one: pa.Array, n: int) -> pa.DictionaryArray:
@@ -326,9 +361,10 @@ _nulls = lru_cache(maxsize=256)(pa.nulls)  # cached: batches of one size recur e
 
 
 @lru_cache(maxsize=256)
-def _schema(spec: TableSpec, types: tuple[pa.DataType, ...]) -> pa.Schema:
-    """``spec``'s schema with the types the arrays travel as: strings may be dictionary-encoded
+def _schema(table: str, types: tuple[pa.DataType, ...]) -> pa.Schema:
+    """The table's schema with the types the arrays travel as: strings may be dictionary-encoded
     (enum codes, repeated values); parts store them as strings (``parts.PartWriter``)."""
+    spec = table_spec(table)
     if types == tuple(spec.arrow_schema.types):
         return spec.arrow_schema
     return pa.schema(

@@ -2,10 +2,11 @@
 
 The training thread checks a batch's structure (table, columns, lengths), copies its arrays and
 appends it to a queue; one background thread converts, validates (``records``, the column rules
-of ``rules``) and writes a part per table (``parts``). It writes at the first ``step_end`` at
-least ``flush_seconds`` after its previous write, when the oldest queued row is ``flush_seconds``
-old (its own timer: a stalled loop), once ``flush_rows`` rows are queued, at ``flush`` and at
-``close``; then it merges its small parts (``parts.Merger``). The queue is bounded
+of ``rules``) and writes a part per table (``parts``). It writes at the last ``step_end`` before
+its previous write would be ``flush_seconds`` old (so a live reader lags by at most about that),
+when the oldest queued row is ``flush_seconds`` old (its own timer: a stalled loop), once
+``flush_rows`` rows are queued, at ``flush`` and at ``close``; then it merges its small parts
+(``parts.Merger``). The queue is bounded
 (``MAX_QUEUED_BYTES``): ``emit`` blocks while it is full (backpressure, nothing is dropped). A
 batch that breaks a rule is rejected alone and raises ``RejectedBatch`` at the next telemetry
 call. The hand-off is a ``collections.deque`` plus ``queue.SimpleQueue`` (reentrant C code), so
@@ -18,6 +19,7 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import itertools
 import json
 import os
 import queue
@@ -119,7 +121,8 @@ class DuckDBTelemetry:
         self._control: queue.SimpleQueue = queue.SimpleQueue()
         self._progress: queue.SimpleQueue = queue.SimpleQueue()  # one token per write
         self._oldest: float | None = None  # emit time of the oldest batch since the last write
-        self._last_write = time.monotonic()  # set by the writer when it starts writing
+        self._last_write = self._last_step_end = time.monotonic()  # _last_write: set by the
+        # writer when it starts writing
         self._rows = 0  # rows emitted since the last flush request (training thread only)
         self._put_bytes = 0  # written by the training thread only
         self._done_bytes = 0  # written by the writer thread only
@@ -162,11 +165,16 @@ class DuckDBTelemetry:
             self._request()
 
     def step_end(self, step: int) -> None:
-        """End of optimizer step ``step``: write the pending rows (asynchronously) if the
-        previous write is at least ``flush_seconds`` old."""
+        """End of optimizer step ``step``: write the pending rows (asynchronously) if waiting for
+        the next step end (as long as this step took) would leave the previous write more than
+        ``flush_seconds`` behind."""
         self._check_open()
-        elapsed = time.monotonic() - self._last_write
-        if self._oldest is not None and elapsed >= self.config.flush_seconds:
+        now = time.monotonic()
+        step_s, self._last_step_end = now - self._last_step_end, now
+        if (
+            self._oldest is not None
+            and now + step_s - self._last_write >= self.config.flush_seconds
+        ):
             self._request()
 
     def flush(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
@@ -332,29 +340,17 @@ class DuckDBTelemetry:
         self._oldest = None  # before draining: a batch queued after this starts a new timer
         if self._batches:
             self._last_write = time.monotonic()
-        by_table: dict[str, list[tuple[pa.Table, tuple[str, ...]]]] = {}
+        by_table: dict[str, list[tuple[dict, int]]] = {}
         done, buffers = 0, []
         while self._batches:
             table, columns, n, nbytes, used = self._batches.popleft()
-            done += nbytes
-            buffers += used
-            try:
-                converted = records.to_table(
-                    table_spec(table),
-                    columns,
-                    n,
-                    run_id=self.run_id,
-                    rank=self.rank,
-                    token_sample_rate=self.config.token_sample_rate,
-                )
-            except Exception as e:  # noqa: BLE001 - surfaced to the training thread
-                self._answers.append(("rejected", e))
-                continue
-            by_table.setdefault(table, []).append(converted)
+            done, buffers = done + nbytes, buffers + used
+            by_table.setdefault(table, []).append((columns, n))
         for table in list(by_table):
-            batches, spec = by_table.pop(table), table_spec(table)
-            data = records.unify([b for b, _ in batches], spec)
-            if not data.num_rows:  # every row outside the token sample
+            spec = table_spec(table)
+            batches = self._converted(spec, by_table.pop(table))
+            data = records.unify([b for b, _ in batches], spec) if batches else None
+            if data is None or not data.num_rows:  # rejected, or outside the token sample
                 continue
             check = tuple({name for _, names in batches for name in names})
             clean = records.violation(data, spec, check, self.vocab_size, later=True)
@@ -370,6 +366,30 @@ class DuckDBTelemetry:
         self._done_bytes += done
         self._progress.put(None)
         self._merger.prune()
+
+    def _converted(self, spec: TableSpec, snapshots: list) -> list[tuple[pa.Table, tuple]]:
+        """A table's snapshots as tables: joined and converted once when they line up
+        (``records.join``), then cut back into one slice per batch (a batch that breaks a rule
+        is rejected alone); else one by one, rejecting those that do not convert."""
+        kw = dict(
+            run_id=self.run_id, rank=self.rank, token_sample_rate=self.config.token_sample_rate
+        )
+        sampled = spec.per_token and self.config.token_sample_rate < 1  # rows dropped: no slices
+        joined = None if sampled or len(snapshots) == 1 else records.join(snapshots)
+        if joined is not None:
+            try:
+                table, check = records.to_table(spec, *joined, **kw)
+                starts = itertools.accumulate((n for _, n in snapshots), initial=0)
+                return [(table.slice(o, n), check) for o, (_, n) in zip(starts, snapshots)]
+            except Exception:  # noqa: BLE001 - converted one by one below
+                pass
+        out = []
+        for columns, n in snapshots:
+            try:
+                out.append(records.to_table(spec, columns, n, **kw))
+            except Exception as e:  # noqa: BLE001 - surfaced to the training thread
+                self._answers.append(("rejected", e))
+        return out
 
     def _validated(self, spec: TableSpec, batches: list) -> pa.Table | None:
         """The batches that pass every rule, joined; each failing batch is rejected alone."""

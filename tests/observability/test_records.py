@@ -180,3 +180,23 @@ def test_enum_codes_convert_and_out_of_range_codes_are_rejected():
     for bad in (7, -1):
         with pytest.raises(ValueError, match=r"column 'mask_reason'.*enum code .* not in \[0, 7\)"):
             build("tokens", tokens(mask_reason=np.array([0, 1, bad, 0, 0, 0])))
+
+
+@pytest.mark.parametrize("name", [t for t in TABLES if t != "runs"])
+def test_joined_batches_convert_to_the_rows_of_the_batches_one_by_one(name):
+    from observability.records import check_batch, join, to_table
+
+    spec = TABLES[name]
+    batches = [valid_columns(spec, n, seed=n, start_id=10 * n) for n in (3, 1, 4)]
+    for i, b in enumerate(batches):  # scalars: one every batch shares, one that differs
+        if "step" in b:
+            b["step"] = i
+        b.update({c.name: "x" for c in spec.columns[-1:] if c.type == pa.string() and not c.enum})
+    snaps = [(b, check_batch(name, b)[1]) for b in batches]
+    joined = join(snaps)
+    assert joined is not None and joined[1] == 8
+    whole = to_table(spec, *joined, run_id="r", rank=0)[0].cast(spec.arrow_schema)
+    parts = [to_table(spec, b, n, run_id="r", rank=0)[0].cast(spec.arrow_schema) for b, n in snaps]
+    assert whole.to_pylist() == [row for p in parts for row in p.to_pylist()]
+    fewer = dict(list(batches[2].items())[1:])  # another column set: converted one by one
+    assert join([(batches[0], 3), (fewer, 4)]) is None
