@@ -1,18 +1,13 @@
 """Producer columns -> a typed Arrow table of one telemetry table, checked by the column rules.
 
-Producers hand over columns, not rows. A column value is (a) a numpy array or CPU torch tensor
-[n] (bf16/fp16 widened to fp32), (b) a Python or numpy scalar or str, broadcast to all n rows,
-(c) None: all null, (d) a ``numpy.ma.MaskedArray`` [n] whose masked entries are null, (e) for
-string columns a list or ndarray of str, (f) for enum columns strings or integer codes (index
-into the schema's enum tuple), (g) for list columns a 2-D array [n, k] or a list of lists (a 2-D
-``MaskedArray`` leaves its masked entries out of their row's list). Time columns take datetimes or
-numpy datetime64 (numbers: epoch seconds); JSON columns str or dict. Python lists and pyarrow
-arrays are accepted for any column.
-
-``snapshot`` runs in ``emit`` (copies what the caller could overwrite, into a ``BufferPool``),
-``to_table`` and ``violation`` on the background writer; ``build_table`` does all in one call.
+A column value is (a) a numpy array or CPU torch tensor [n] (bf16/fp16 widened to fp32), (b) a
+Python or numpy scalar or str, broadcast, (c) None: all null, (d) a ``numpy.ma.MaskedArray`` whose
+masked entries are null, (e) for string columns a list or ndarray of str, (f) for enum columns
+strings or integer codes (index into the enum tuple), (g) for list columns a 2-D array [n, k] (a
+2-D ``MaskedArray`` leaves masked entries out of their row's list) or a list of lists. Times:
+datetimes, datetime64 or epoch seconds; JSON: str or dict; Python lists and pyarrow arrays also.
+``snapshot`` runs in ``emit``; ``join``, ``to_table`` and ``violation`` on the writer thread.
 Enum codes and repeated strings travel dictionary-encoded (a byte a row, no strings built).
-Simplification: integer codes and pyarrow arrays are the only ways around per-row Python.
 """
 
 from __future__ import annotations
@@ -33,9 +28,7 @@ from observability.sampling import keep_tokens_for
 from observability.schema import ColumnSpec, TableSpec, table_spec
 
 SCALARS = (int, float, bool, str, bytes, dict, datetime, date, np.generic)
-_SCALARS: dict[tuple, pa.Array] = {}
-"""Converted broadcast scalars by (column spec id, type, value), up to 4096 of them."""
-_ARROW = (pa.Array, pa.ChunkedArray)
+_SCALARS: dict[tuple, pa.Array] = {}  # converted scalars by (column spec id, type, value)
 
 
 def is_torch(x: Any) -> bool:  # without importing torch
@@ -99,10 +92,9 @@ def check_batch(table: str, columns: Mapping[str, Any]) -> tuple[TableSpec, int]
 
 
 class BufferPool:
-    """Reusable memory for the copies ``snapshot`` makes: a step's large arrays are copied into
-    buffers the writer has released (pages already mapped) instead of fresh allocations, which
-    cost a page fault per 4 KiB (~0.1 s for a 1 M-token step on the CPU machine). Buffers are
-    bucketed by power-of-two size; at most ``max_bytes`` wait in the pool."""
+    """Memory for ``snapshot``'s copies: large arrays go into buffers the writer has released
+    (pages already mapped) instead of fresh ones, whose page faults cost 4x the copy on a 1 M-token
+    step. Buckets of power-of-two sizes; at most ``max_bytes`` wait in the pool."""
 
     MIN_BYTES = 1 << 16
 
@@ -136,9 +128,8 @@ class BufferPool:
 def snapshot(
     table: str, columns: Mapping[str, Any], pool: BufferPool | None = None
 ) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """``columns`` with every array copied (tensors as numpy), and the pool buffers used: the
-    caller may reuse its buffers once ``emit`` returns. Scalars, strings and pyarrow arrays are
-    immutable and kept."""
+    """``columns`` with every array copied (the caller may reuse its buffers once ``emit``
+    returns; tensors as numpy), and the pool buffers used."""
     pool = pool or BufferPool(max_bytes=0)
     out: dict[str, Any] = {}
     used: list[np.ndarray] = []
@@ -214,12 +205,7 @@ def _from_list(values: Any, col: ColumnSpec) -> pa.Array:
         isinstance(v, int | float) and not isinstance(v, bool) for v in values
     ):
         return _micros(np.array([np.nan if v is None else v for v in values]), None).cast(col.type)
-    if (
-        col.enum is not None
-        and isinstance(values, list)
-        and values
-        and all(type(v) is int for v in values)
-    ):
+    if col.enum is not None and type(values) is list and all(type(v) is int for v in values):
         return _from_numpy(np.asarray(values), col, None, "")
     if pa.types.is_integer(col.value_type):  # pyarrow would truncate Python floats silently
         arr = pa.array(values)
@@ -247,10 +233,8 @@ def to_arrow(values: Any, col: ColumnSpec, n: int, where: str) -> pa.Array:
     try:
         if values is None:
             return pa.nulls(n, type=col.type)
-        if isinstance(values, _ARROW):
+        if isinstance(values, pa.Array | pa.ChunkedArray):
             arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-            if pa.types.is_dictionary(arr.type):
-                arr = arr.dictionary.take(arr.indices)
             return arr if arr.type == col.type else arr.cast(col.type)
         if is_torch(values):
             values = _numpy(values, where)
@@ -275,11 +259,9 @@ def to_arrow(values: Any, col: ColumnSpec, n: int, where: str) -> pa.Array:
                 return _from_list(np.ma.array(data, mask=mask).tolist(), col)
             return _from_numpy(data, col, mask, where)
         return _from_list(list(values), col)
-    except ValueError as e:
+    except (ValueError, pa.ArrowException, TypeError, OverflowError) as e:
         if str(e).startswith(where):
             raise
-        raise ValueError(f"{where}: cannot convert to {col.type}: {e}") from e
-    except (pa.ArrowException, TypeError, OverflowError) as e:
         raise ValueError(f"{where}: cannot convert to {col.type}: {e}") from e
 
 
@@ -385,16 +367,11 @@ def unify(tables: list[pa.Table], spec: TableSpec) -> pa.Table:
 
 
 def violation(
-    table: pa.Table,
-    spec: TableSpec,
-    check: tuple[str, ...],
-    vocab_size: int | None,
-    *,
-    later: bool = False,
-) -> tuple[str, int] | None | Callable[[], tuple[str, int] | None]:
-    """(error message, row) for the first row of ``table`` breaking a rule of a ``check``
-    column, or None. The message names table, column, rule, row, the row's sample_id or step,
-    and the value. ``later``: return a function giving it, while polars checks in its threads."""
+    table: pa.Table, spec: TableSpec, check: tuple[str, ...], vocab_size: int | None
+) -> Callable[[], tuple[str, int] | None]:
+    """Start checking ``table``'s ``check`` columns against their rules (in polars' threads); the
+    returned function gives (error message, row) for the first row breaking one, or None. The
+    message names table, column, rule, row, the row's sample_id or step, and the value."""
     rules = tuple(r for r in table_rules(spec.name, vocab_size) if r.column in check)
     names = sorted({r.column for r in rules})
     found = first_violation(pl.from_arrow(table.select(names)), rules) if names else lambda: None
@@ -412,7 +389,7 @@ def violation(
             row,
         )
 
-    return message if later else message()
+    return message
 
 
 def build_table(
@@ -430,7 +407,7 @@ def build_table(
     out, check = to_table(
         spec, columns, n, run_id=run_id, rank=rank, token_sample_rate=token_sample_rate
     )
-    bad = violation(out, spec, check, vocab_size)
+    bad = violation(out, spec, check, vocab_size)()
     if bad is not None:
         raise ValueError(bad[0])
     return out.cast(spec.arrow_schema)

@@ -114,26 +114,19 @@ class DuckDBTelemetry:
         self._parts = PartWriter(run_dir, rank=rank)
         self._merger = Merger(self._parts, max_rows=self.config.flush_rows)
         self._started_at = time.time()
-        # training thread -> writer: batches (deque) and control messages (SimpleQueue)
-        self._batches: collections.deque = (
-            collections.deque()
-        )  # (table, columns, n, bytes, buffers)
-        self._control: queue.SimpleQueue = queue.SimpleQueue()
-        self._progress: queue.SimpleQueue = queue.SimpleQueue()  # one token per write
+        # training thread -> writer: batches (table, columns, n, bytes, buffers) in a deque,
+        # control messages in a SimpleQueue; the writer answers with a token per write
+        self._batches: collections.deque = collections.deque()
+        self._control, self._progress = queue.SimpleQueue(), queue.SimpleQueue()
         self._oldest: float | None = None  # emit time of the oldest batch since the last write
-        self._last_write = self._last_step_end = time.monotonic()  # _last_write: set by the
-        # writer when it starts writing
-        self._rows = 0  # rows emitted since the last flush request (training thread only)
-        self._put_bytes = 0  # written by the training thread only
+        self._last_write = self._last_step_end = time.monotonic()  # the writer's last start
+        self._rows = self._put_bytes = 0  # since the last request / ever (training thread)
         self._done_bytes = 0  # written by the writer thread only
-        self._answers: list[tuple[str, BaseException]] = []  # ("rejected" | "error", exc)
-        self._rejected: collections.deque = collections.deque()
-        self._error: BaseException | None = None  # a failed part write: the sink is broken
+        self._rejected: collections.deque = collections.deque()  # from the writer thread
+        self._error: BaseException | None = None  # a failed part write (the sink is broken)
         self._closed = False
         self._write_run_row("running")
-        self._thread = threading.Thread(
-            target=self._loop, name=f"telemetry-writer-r{rank}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name="telemetry-writer", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
 
@@ -182,9 +175,7 @@ class DuckDBTelemetry:
         self._check_open()
         done = threading.Event()
         self._request(done)
-        finished = done.wait(timeout)
-        self._collect()
-        if not finished:
+        if not done.wait(timeout):
             raise RuntimeError(f"telemetry flush did not finish within {timeout} s")
         self._raise_if_failed()
         self._raise_rejected()
@@ -207,7 +198,6 @@ class DuckDBTelemetry:
         atexit.unregister(self._at_exit)
         self._control.put(("stop", None))
         self._thread.join(_CLOSE_TIMEOUT_S)
-        self._collect()
         if self._thread.is_alive():
             warnings.warn(
                 "telemetry writer did not stop in time; pending rows may be lost", stacklevel=2
@@ -251,27 +241,15 @@ class DuckDBTelemetry:
             try:
                 self._progress.get(timeout=0.5)
             except queue.Empty:
-                self._collect()
                 self._raise_if_failed()
                 if not self._thread.is_alive():
                     raise RuntimeError("telemetry writer thread is gone") from None
 
     def _check_open(self) -> None:
-        if not self._closed:
-            self._collect()
         self._raise_if_failed()
         if self._closed:
             raise RuntimeError(f"telemetry for run {self.run_id!r} is closed")
         self._raise_rejected()
-
-    def _collect(self) -> None:
-        """Take over the writer's reports (rejected batches, a failed part write)."""
-        while self._answers:
-            kind, e = self._answers.pop(0)  # atomic: the writer thread may append meanwhile
-            if kind == "rejected":
-                self._rejected.append(e)
-            elif self._error is None:
-                self._error = e
 
     def _raise_rejected(self) -> None:
         """Raise (once) the first batch the writer rejected since the last call."""
@@ -299,16 +277,9 @@ class DuckDBTelemetry:
     def _write_run_row(self, status: str, ended_at: float | None = None) -> None:
         if self.rank != 0:
             return
-        row = dict(self._info)
-        row.update(
-            schema_version=SCHEMA_VERSION,
-            started_at=self._started_at,
-            updated_at=time.time(),
-            world_size=self.world_size,
-            status=status,
-            ended_at=ended_at,
-            run_dir=self.run_dir,
-        )
+        row = dict(self._info, schema_version=SCHEMA_VERSION, started_at=self._started_at,
+                   updated_at=time.time(), world_size=self.world_size, status=status,
+                   ended_at=ended_at, run_dir=self.run_dir)  # fmt: skip
         batch = records.build_table("runs", row, run_id=self.run_id, rank=self.rank)
         self._parts.write(batch, table_spec("runs"))
 
@@ -329,7 +300,7 @@ class DuckDBTelemetry:
             try:
                 self._write_all()
             except BaseException as e:  # surfaced to the training thread by its next call
-                self._answers.append(("error", e))
+                self._error = self._error or e
             if arg is not None:
                 arg.set()
             if kind == "stop":
@@ -353,7 +324,7 @@ class DuckDBTelemetry:
             if data is None or not data.num_rows:  # rejected, or outside the token sample
                 continue
             check = tuple({name for _, names in batches for name in names})
-            clean = records.violation(data, spec, check, self.vocab_size, later=True)
+            clean = records.violation(data, spec, check, self.vocab_size)
             # the rules run in polars' threads while the part is encoded; committed if clean
             written = self._parts.write(data, spec, ready=lambda clean=clean: clean() is None)
             if written is None:  # a batch broke a rule: reject it alone, write the others
@@ -388,7 +359,7 @@ class DuckDBTelemetry:
             try:
                 out.append(records.to_table(spec, columns, n, **kw))
             except Exception as e:  # noqa: BLE001 - surfaced to the training thread
-                self._answers.append(("rejected", e))
+                self._rejected.append(e)
         return out
 
     def _validated(self, spec: TableSpec, batches: list) -> pa.Table | None:
@@ -396,14 +367,14 @@ class DuckDBTelemetry:
         while batches:
             data = records.unify([b for b, _ in batches], spec)
             check = tuple({name for _, names in batches for name in names})
-            bad = records.violation(data, spec, check, self.vocab_size)
+            bad = records.violation(data, spec, check, self.vocab_size)()
             if bad is None:
                 return data
             row, i = bad[1], 0
             while row >= batches[i][0].num_rows:
                 row -= batches[i][0].num_rows
                 i += 1
-            own = records.violation(batches[i][0], spec, batches[i][1], self.vocab_size)
-            self._answers.append(("rejected", ValueError(own[0] if own else bad[0])))
+            own = records.violation(batches[i][0], spec, batches[i][1], self.vocab_size)()
+            self._rejected.append(ValueError(own[0] if own else bad[0]))
             del batches[i]
         return None
