@@ -49,6 +49,9 @@ MAX_QUEUED_BYTES = 1 << 30
 _POOL = records.BufferPool(max_bytes=MAX_QUEUED_BYTES)
 """Memory for ``emit``'s copies, shared by the sinks of the process: at most what the queue may
 hold waits there for reuse (``records.BufferPool``)."""
+JOIN_ROWS = 65_536
+"""A flush joins a table's batches before converting them while they hold at most this many rows
+(the per-batch cost dominates small batches; copying dominates large ones)."""
 _CLOSE_TIMEOUT_S = 120.0
 
 
@@ -346,7 +349,8 @@ class DuckDBTelemetry:
             run_id=self.run_id, rank=self.rank, token_sample_rate=self.config.token_sample_rate
         )
         sampled = spec.per_token and self.config.token_sample_rate < 1  # rows dropped: no slices
-        joined = None if sampled or len(snapshots) == 1 else records.join(snapshots)
+        small = sum(n for _, n in snapshots) <= JOIN_ROWS  # large batches: copying costs more
+        joined = records.join(snapshots) if small and not sampled and len(snapshots) > 1 else None
         if joined is not None:
             try:
                 table, check = records.to_table(spec, *joined, **kw)
