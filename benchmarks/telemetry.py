@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from observability import DuckDBTelemetry, TelemetryConfig, open_run, refresh
-from observability.parts import parquet_options
+from observability.parts import list_parts, parquet_options
 from observability.records import build_table
 from observability.schema import table_spec
 
@@ -282,7 +282,10 @@ def section_live(args: argparse.Namespace) -> None:
         print(f"## live: {last + 1} flushes written in {time.monotonic() - t0:.0f} s; timing "
               "while it writes (refresh + the panel's queries)")  # fmt: skip
         con = open_run(run)
-        parts = {t: len(list((run / "telemetry" / t).glob("part-*"))) for t in ("tokens", "steps")}
+        parts = {  # parts a reader scans / files in the folder (covered ones included)
+            t: f"{len(list_parts(run, t))}/{len(list((run / 'telemetry' / t).glob('part-*')))}"
+            for t in ("tokens", "steps")
+        }
         worst = 0.0
         for page, panel, fn in panels(con):
 
@@ -298,7 +301,7 @@ def section_live(args: argparse.Namespace) -> None:
         still = writer.poll() is None
         print(
             f"  slowest panel p95 {worst:.1f} ms (goal <= 300 ms); writer at flush "
-            f"{last_timed + 1} when done, still writing: {still}; part files incl. covered: {parts}"
+            f"{last_timed + 1} when done, still writing: {still}; parts scanned/on disk: {parts}"
         )
         writer.kill()
         writer.wait()
