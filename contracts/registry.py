@@ -29,6 +29,7 @@ CONTRACTS = (
     "sparse_version",
     "agentic",
     "teacher_quant",
+    "long_horizon",
     "memory",
     "parallel",
     "regression",

@@ -74,9 +74,10 @@ def register(sub) -> None:
     p.add_argument(
         "--env",
         default="arithmetic",
-        choices=["arithmetic", "tool"],
-        help="which base: arithmetic (core/assets/base_model) or tool (core/assets/tool_model, "
-        "SFT'd from the arithmetic base on multi-turn calculator demonstrations)",
+        choices=["arithmetic", "tool", "longhorizon"],
+        help="which base: arithmetic (core/assets/base_model), tool (core/assets/tool_model, "
+        "SFT'd from the arithmetic base on multi-turn calculator demonstrations) or longhorizon "
+        "(core/assets/longhorizon_model, SFT on a flawed teacher's compacted demonstrations)",
     )
     p.add_argument(
         "--retrain-tokenizer",

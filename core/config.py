@@ -2,7 +2,9 @@
 
 ``[model]`` → ``ModelConfig``, ``[rollout]`` → ``RolloutConfig``, ``[algorithm]`` →
 ``AlgorithmConfig``, ``[optim]`` → ``OptimConfig``, ``[train]`` → ``TrainConfig``, ``[env]`` →
-``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[tool]`` → ``ToolConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``.
+``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[tool]`` → ``ToolConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``,
+``[critic]`` → ``CriticConfig``, ``[compaction]`` → ``CompactionConfig``, ``[longhorizon]`` →
+``LongHorizonConfig``.
 ``--set section.key=value`` overrides use TOML value syntax. Unknown sections or keys, wrong types
 and out-of-range values are errors naming the key and the allowed values; nothing else reads raw
 dicts.
@@ -20,13 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from core.algorithms.config import AlgorithmConfig
+from core.envs.longhorizon import LongHorizonConfig
 from core.envs.registry import EnvConfig
 from core.envs.tool import ToolConfig
 from core.model.config import ModelConfig
 from core.quant.config import QuantConfig
+from core.rollout.compaction import CompactionConfig
 from core.rollout.config import RolloutConfig
 from core.tasks.arithmetic import ArithmeticConfig
 from core.train.config import OptimConfig, TrainConfig
+from core.train.critic import CriticConfig
 from observability.config import TelemetryConfig
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "grpo_tiny.toml"
@@ -48,6 +53,9 @@ class RunConfig:
     tool: ToolConfig = field(default_factory=ToolConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    longhorizon: LongHorizonConfig = field(default_factory=LongHorizonConfig)
 
     def to_dict(self) -> dict:
         return {f.name: _section_dict(getattr(self, f.name)) for f in dataclasses.fields(self)}

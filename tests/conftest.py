@@ -22,12 +22,26 @@ TINY = [
 ]
 
 
-def make_run(root: Path, overrides: list[str] = (), name: str = "test") -> Path:
-    """Train a tiny GRPO run through the real core with DuckDB telemetry; returns its run dir."""
+COMPACTION_TINY = [
+    "train.steps=2",
+    "algorithm.prompts_per_step=4",
+    "train.eval_size=8",
+    "train.eval_every=0",
+    "telemetry.flush_seconds=0.5",
+]
+"""A two-step CompactionRL run on the long-horizon environment (critic, segments, summaries)."""
+
+
+def make_run(
+    root: Path, overrides: list[str] = (), name: str = "test", config: str | None = None
+) -> Path:
+    """Train a tiny run through the real core with DuckDB telemetry (GRPO unless ``config``
+    names another file; ``TINY`` applies to the default config only); returns its run dir."""
     from core.config import load_config
     from core.train.driver import run_training
 
-    cfg = load_config(None, [*TINY, *overrides])
+    base = [] if config else TINY
+    cfg = load_config(config, [*base, *overrides])
     run_dir, _ = run_training(cfg, runs_root=root, telemetry="duckdb", name=name, progress=False)
     return run_dir
 
@@ -74,3 +88,12 @@ def tiny_run(tmp_path_factory) -> Path:
 def tiny_run_bf16(tmp_path_factory) -> Path:
     """A finished 3-step run with a bf16 rollout engine (non-zero mismatch) — read-only."""
     return make_run(tmp_path_factory.mktemp("runs"), ['rollout.precision="bf16"'], name="bf16")
+
+
+@pytest.fixture(scope="session")
+def compaction_run(tmp_path_factory) -> Path:
+    """A finished 2-step CompactionRL run (``configs/compaction_tiny.toml``) — read-only."""
+    config = str(Path(__file__).resolve().parent.parent / "configs" / "compaction_tiny.toml")
+    return make_run(
+        tmp_path_factory.mktemp("runs"), COMPACTION_TINY, name="compaction", config=config
+    )

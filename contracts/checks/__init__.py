@@ -3,6 +3,7 @@
 from contracts.checks import (  # noqa: F401  (registration side effects)
     action,
     agentic,
+    long_horizon,
     memory,
     parallel,
     regression,

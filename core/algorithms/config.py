@@ -9,16 +9,21 @@ from core.algorithms.policy_loss import POLICY_LOSSES
 from core.algorithms.trust import TRUST_RULES
 
 OLD_LOGP_SOURCES = ("recompute", "separate", "rollout")
+ALGORITHMS = ("grpo", "sao", "compaction")
+"""``grpo``: group baseline (``core.train.grpo``); ``sao``: single rollout + critic with
+skip-observation GAE (``core.train.sao``); ``compaction``: CompactionRL, the critic loop over
+compacted trajectories (``core.train.compaction_rl``). The last two read ``[critic]``."""
 
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
     name: str = "grpo"
-    """Algorithm (``grpo``)."""
+    """Algorithm: ``grpo`` | ``sao`` | ``compaction`` (``ALGORITHMS``)."""
     prompts_per_step: int = 8
     """B: prompts per optimizer step."""
     group_size: int = 8
-    """G: responses per prompt (≥ 2 for a group baseline)."""
+    """G: responses per prompt (≥ 2 for a group baseline; exactly 1 for ``sao``, whose critic
+    replaces the group)."""
     trust_rule: str = "icepop"
     """``icepop`` | ``dis`` | ``none`` (no train/rollout trust mask)."""
     icepop_beta: float = 2.0
@@ -47,13 +52,22 @@ class AlgorithmConfig:
     ``exp(train_logp − rollout_logp)`` and frameworks that skip the recompute): then every
     train/rollout mismatch enters the ratio itself."""
 
+    @property
+    def uses_critic(self) -> bool:
+        """The algorithm trains a value model (``[critic]``)."""
+        return self.name in ("sao", "compaction")
+
     def __post_init__(self) -> None:
-        if self.name != "grpo":
-            raise ValueError(f"algorithm.name={self.name!r} not in ['grpo']")
+        if self.name not in ALGORITHMS:
+            raise ValueError(f"algorithm.name={self.name!r} not in {list(ALGORITHMS)}")
         if self.prompts_per_step < 1:
             raise ValueError(f"algorithm.prompts_per_step={self.prompts_per_step} must be >= 1")
-        if self.group_size < 2:
+        if self.name == "sao" and self.group_size != 1:
+            raise ValueError(f"algorithm.group_size={self.group_size} must be 1 for 'sao'")
+        if self.name == "grpo" and self.group_size < 2:
             raise ValueError(f"algorithm.group_size={self.group_size} must be >= 2")
+        if self.group_size < 1:
+            raise ValueError(f"algorithm.group_size={self.group_size} must be >= 1")
         if self.trust_rule not in TRUST_RULES:
             raise ValueError(f"algorithm.trust_rule={self.trust_rule!r} not in {list(TRUST_RULES)}")
         if not self.icepop_beta > 1:

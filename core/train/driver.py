@@ -36,7 +36,6 @@ def run_training(
     progress: bool = True,
 ) -> tuple[Path, dict]:
     """Create ``RUNS/<run_id>/``, train, close telemetry; returns (run_dir, summary)."""
-    from core.train.grpo import run_grpo
     from core.train.session import Session
 
     tok = Tokenizer.load()
@@ -83,10 +82,7 @@ def run_training(
                 bar.update(1)
 
         t0 = time.time()
-        loop = run_grpo
-        if cfg.rollout.mode == "async":
-            from core.train.async_grpo import run_async as loop
-        summary = loop(session, steps=cfg.train.steps, progress=on_step)
+        summary = training_loop(cfg)(session, steps=cfg.train.steps, progress=on_step)
         summary["seconds"] = time.time() - t0
         if cfg.train.save_checkpoint:
             summary["checkpoint"] = str(save_final_checkpoint(session, run_dir))
@@ -107,6 +103,26 @@ def run_training(
             bar.close()
     sink.close("finished")
     return run_dir, summary
+
+
+def training_loop(cfg: RunConfig):
+    """The run function ``algorithm.name`` selects: ``(session, *, steps, progress) -> summary``."""
+    name = cfg.algorithm.name
+    if name == "sao":
+        from core.train.sao import run_sao
+
+        return run_sao
+    if name == "compaction":
+        from core.train.compaction_rl import run_compaction
+
+        return run_compaction
+    if cfg.rollout.mode == "async":
+        from core.train.async_grpo import run_async
+
+        return run_async
+    from core.train.grpo import run_grpo
+
+    return run_grpo
 
 
 def save_final_checkpoint(session, run_dir: Path) -> Path:
@@ -156,6 +172,15 @@ def train_from_args(args) -> int:
 def pretrain_from_args(args) -> int:
     from core.train.pretrain import pretrain
 
+    if getattr(args, "env", "arithmetic") == "longhorizon":
+        from core.train.pretrain_longhorizon import LONGHORIZON_MODEL, pretrain_longhorizon
+
+        pretrain_longhorizon(
+            args.out or LONGHORIZON_MODEL,
+            tok=Tokenizer.load(),
+            **({"steps": args.steps} if args.steps else {}),
+        )
+        return 0
     cfg = load_config(None)
     if getattr(args, "env", "arithmetic") == "tool":
         from core.train.pretrain_tool import TOOL_MODEL, pretrain_tool

@@ -114,6 +114,10 @@ def token_rows(traj: Trajectories, *, step: int, reason: torch.Tensor, keep: np.
         x = getattr(traj, name)
         if x is not None:
             cols[name] = _masked(x[sel], _np(x[sel] >= 0))
+    for name, col in (("values", "value"), ("returns", "return")):  # critic loops only
+        if (x := getattr(traj, name)) is not None:
+            cols[col] = _masked(x[sel], gen)
+    cols["segment"] = _np(traj.segment[:, None].expand(b, t)[sel]).astype(np.int32)
     return cols
 
 

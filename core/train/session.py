@@ -26,6 +26,7 @@ from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
 from core.tokenizer.chat_template import encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
+from core.train.critic import build_critic
 from core.train.memory_hooks import TrainingMemory
 from core.train.models import Models, TrainableModel, adamw
 from core.train.records import RunConstants
@@ -102,10 +103,16 @@ class Session:
         self.quant.attach(self.actor)
         self.actor.load_weights(sparse_from_dense(weights, self.actor, seed=cfg.train.seed))
         self.dsa_warmup_kl = self._dsa_warmup(cfg.train.dsa_warmup_steps, cfg.train.dsa_warmup_lr)
+        critic = None
+        if cfg.algorithm.uses_critic:  # a value model from the same base (core.train.critic)
+            critic = build_critic(
+                self.model_cfg, weights, cfg.critic, cfg.optim, seed=cfg.train.seed
+            )
         self.models = Models(
             actor=TrainableModel(
                 "actor", self.actor, adamw(self.actor, cfg.optim), grad_clip=cfg.optim.grad_clip
-            )
+            ),
+            critic=critic,
         )
         self.envs = make_env_source(cfg, tok=self.tok)
         self.env_pool = ThreadPoolExecutor(cfg.rollout.env_threads, thread_name_prefix="env")

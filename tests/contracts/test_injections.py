@@ -81,9 +81,15 @@ def test_observation_token_in_the_loss_fails_loss_mask(run):
     s, _ = action_token(run, 0)
     n = edit_rows(run, "tokens", at(s, 2), {"role": "observation", "loss_mask": True})
     assert n == 1  # pos 2 is a prompt token (chat template header)
-    # caught twice: loss only on actions, and (the agentic contract) never on observations
+    # caught three times: loss only on actions, (the agentic contract) never on observations,
+    # and (the long-horizon contract) never on prompt, observation or copied-tail tokens
     gate = gate_failing_only(
-        run, {"action.loss_mask_on_actions", "agentic.observations_not_in_loss"}
+        run,
+        {
+            "action.loss_mask_on_actions",
+            "agentic.observations_not_in_loss",
+            "long_horizon.untrained_roles_not_in_loss",
+        },
     )
     (ex,) = gate.result("action.loss_mask_on_actions").examples
     assert (ex["sample_id"], ex["pos"], ex["role"], ex["loss_mask"]) == (s, 2, "observation", True)

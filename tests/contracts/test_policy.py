@@ -27,6 +27,7 @@ def test_registry_lists_every_contract_of_the_issue():
         "teacher_quant",
         "memory",
         "parallel",
+        "long_horizon",
         "regression",
     }
     assert len(KNOWN) == len(set(KNOWN))

@@ -42,6 +42,9 @@ PUBLIC = {
     "n_action_tokens n_observation_tokens policy_version_first policy_version_last "
     "kv_version_min kv_reused_tokens env_latency_s env_event t_request t_gen_start t_gen_end "
     "t_env_end",
+    # schema version 3 (critic and compaction)
+    "compactions": "run_id step sample_id parent_sample_id segment context_len_before "
+    "context_len_after summary_len tail_pairs summary_finished",
 }
 AGENTIC = {  # columns schema version 2 added to existing tables
     "steps": "queue_depth in_flight worker_busy_fraction rollout_wait_s n_env_failures "
@@ -52,9 +55,25 @@ AGENTIC = {  # columns schema version 2 added to existing tables
 
 
 def test_schema_version_2_columns():
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION >= 2
     for name, cols in AGENTIC.items():
         assert set(cols.split()) <= set(TABLES[name].column_names), name
+
+
+LONG_HORIZON = {  # columns schema version 3 (critic and compaction) added to existing tables
+    "steps": "value_loss value_explained_variance critic_grad_norm critic_updates "
+    "critic_frozen_checksum loss_denominator n_trajectories",
+    "tokens": "value return segment",
+}
+
+
+def test_critic_and_compaction_columns():
+    assert SCHEMA_VERSION == 3
+    for name, cols in LONG_HORIZON.items():
+        assert set(cols.split()) <= set(TABLES[name].column_names), name
+    for col in ("value", "return"):
+        spec = TABLES["tokens"].column(col)
+        assert spec.finite and spec.nullable and spec.type == pa.float32()
 
 
 def test_every_public_column_exists_and_names_are_unique():
