@@ -29,7 +29,7 @@ CONTRACTS = (
     "sparse_version",
     "agentic",
     "teacher_quant",
-    "long_horizon",
+    "reward",
     "memory",
     "parallel",
     "regression",
