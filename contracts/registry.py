@@ -29,7 +29,7 @@ CONTRACTS = (
     "sparse_version",
     "agentic",
     "teacher_quant",
-    "reward",
+    "long_horizon",
     "memory",
     "parallel",
     "regression",

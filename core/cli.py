@@ -1,4 +1,4 @@
-"""The training core's commands: ``train``, ``pretrain``, ``export-hf``, ``scenario``, ``rewards``.
+"""The training core's commands: ``train``, ``pretrain``, ``export-hf``, ``scenario``.
 
 ``register(subparsers)`` adds them to the ``closedloop`` console script (``closedloop.cli``,
 which composes every package's commands); ``python -m core.cli`` runs the core's commands alone.
@@ -62,10 +62,8 @@ def _cmd_export_hf(args) -> int:
 
 
 def register(sub) -> None:
-    """Add ``train``, ``pretrain``, ``export-hf``, ``scenario`` and ``rewards`` to an argparse
-    subparsers."""
+    """Add ``train``, ``pretrain``, ``export-hf`` and ``scenario`` to an argparse subparsers."""
     from core import scenario
-    from core.rewards import cli as rewards
 
     p = sub.add_parser("train", help="GRPO + IcePop training run")
     add_train_arguments(p)
@@ -73,19 +71,13 @@ def register(sub) -> None:
     p = sub.add_parser("pretrain", help="SFT the tiny base model (writes core/assets/base_model)")
     p.add_argument("--out", default=None, help="checkpoint directory")
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None, help="initialisation and data seed")
-    p.add_argument(
-        "--teacher-error-rate",
-        type=float,
-        default=None,
-        help="fraction of flawed demonstrations (default 0.7; 0: a clean, stronger model)",
-    )
     p.add_argument(
         "--env",
         default="arithmetic",
-        choices=["arithmetic", "tool"],
-        help="which base: arithmetic (core/assets/base_model) or tool (core/assets/tool_model, "
-        "SFT'd from the arithmetic base on multi-turn calculator demonstrations)",
+        choices=["arithmetic", "tool", "longhorizon"],
+        help="which base: arithmetic (core/assets/base_model), tool (core/assets/tool_model, "
+        "SFT'd from the arithmetic base on multi-turn calculator demonstrations) or longhorizon "
+        "(core/assets/longhorizon_model, SFT on a flawed teacher's compacted demonstrations)",
     )
     p.add_argument(
         "--retrain-tokenizer",
@@ -104,7 +96,6 @@ def register(sub) -> None:
     )
     p.set_defaults(func=_cmd_export_hf)
     scenario.register(sub)
-    rewards.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,10 @@
 
 ``[model]`` → ``ModelConfig``, ``[rollout]`` → ``RolloutConfig``, ``[algorithm]`` →
 ``AlgorithmConfig``, ``[optim]`` → ``OptimConfig``, ``[train]`` → ``TrainConfig``, ``[env]`` →
-``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[tool]`` → ``ToolConfig``, ``[telemetry]`` →
-``TelemetryConfig``, ``[quant]`` → ``QuantConfig``, ``[teachers]`` → ``TeacherConfig``, ``[rewards]``
-→ ``RewardConfig``. ``--set section.key=value`` overrides use TOML value syntax (tables inline:
-``key={a = 1}``). Unknown sections or keys, wrong types
+``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[tool]`` → ``ToolConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``,
+``[critic]`` → ``CriticConfig``, ``[compaction]`` → ``CompactionConfig``, ``[longhorizon]`` →
+``LongHorizonConfig``.
+``--set section.key=value`` overrides use TOML value syntax. Unknown sections or keys, wrong types
 and out-of-range values are errors naming the key and the allowed values; nothing else reads raw
 dicts.
 """
@@ -22,15 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from core.algorithms.config import AlgorithmConfig
+from core.envs.longhorizon import LongHorizonConfig
 from core.envs.registry import EnvConfig
 from core.envs.tool import ToolConfig
 from core.model.config import ModelConfig
 from core.quant.config import QuantConfig
-from core.rewards.config import RewardConfig
+from core.rollout.compaction import CompactionConfig
 from core.rollout.config import RolloutConfig
 from core.tasks.arithmetic import ArithmeticConfig
-from core.teachers.config import TeacherConfig
 from core.train.config import OptimConfig, TrainConfig
+from core.train.critic import CriticConfig
 from observability.config import TelemetryConfig
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "grpo_tiny.toml"
@@ -52,25 +53,9 @@ class RunConfig:
     tool: ToolConfig = field(default_factory=ToolConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
-    teachers: TeacherConfig = field(default_factory=TeacherConfig)
-    rewards: RewardConfig = field(default_factory=RewardConfig)
-
-    def __post_init__(self) -> None:
-        a, t = self.algorithm, self.teachers
-        if a.uses_teacher and not t.routes:
-            raise ConfigError(
-                f"algorithm.advantage={a.advantage!r} needs teachers: set teachers.routes"
-            )
-        if a.uses_teacher and a.opd_loss == "topk" and t.payload == "sampled":
-            raise ConfigError(
-                "algorithm.opd_loss='topk' needs teachers.payload 'topk' or 'full' (a sampled "
-                "payload carries no distribution)"
-            )
-        if self.rollout.mode == "async" and (t.routes or self.rewards.mixed):
-            raise ConfigError(
-                "rollout.mode='async' trains with the environment's reward only: teachers.routes "
-                "and rewards.weights / rewards.penalties need rollout.mode='sync'"
-            )
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    longhorizon: LongHorizonConfig = field(default_factory=LongHorizonConfig)
 
     def to_dict(self) -> dict:
         return {f.name: _section_dict(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -116,11 +101,6 @@ def _coerce(section: str, key: str, value: Any, typ: Any) -> Any:
             raise ConfigError(f"{name}={value!r}: expected a list")
         (inner, *_rest) = typing.get_args(typ)
         return tuple(_coerce(section, key, v, inner) for v in value)
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{name}={value!r}: expected a table, e.g. {{ name = value }}")
-        _, inner = typing.get_args(typ)
-        return {str(k): _coerce(section, f"{key}.{k}", v, inner) for k, v in value.items()}
     return value
 
 

@@ -15,8 +15,7 @@ PAGES = (
     ("Contracts", "pages/7_Contracts.py"),
     ("Token view", "pages/8_Token_view.py"),
     ("Agents", "pages/9_Agents.py"),
-    ("Teachers", "pages/10_Teachers.py"),
-    ("Rewards", "pages/11_Rewards.py"),
+    ("Long horizon", "pages/10_Long_horizon.py"),
 )
 """(title, page file relative to ``Overview.py``; None for the entry page itself), in menu order."""
 

@@ -3,10 +3,10 @@
 from contracts.checks import (  # noqa: F401  (registration side effects)
     action,
     agentic,
+    long_horizon,
     memory,
     parallel,
     regression,
-    reward,
     run,
     schema,
     sparse_version,

@@ -19,16 +19,19 @@ from contracts.result import CheckResult
 
 C = "action"
 _TOKEN_COLS = "sample_id, step, pos, token_id, role"
+_GENERATED = "('action', 'summary')"
+"""Roles the policy generated (log-probs, trust mask)."""
 
 
-@check(C, "logp_finite", needs=("tokens.rollout_logp", "tokens.train_logp"))
+@check(C, "logp_finite", needs=("tokens.rollout_logp", "tokens.train_logp"), version=2)
 def logp_finite(ctx: CheckContext) -> CheckResult:
-    """Every action token has finite rollout and train log-probs."""
+    """Every generated token (action, summary) has finite rollout and train log-probs."""
     skip = missing_tokens(ctx, "actions", "action tokens")
     if skip is not None:
         return skip
     return ctx.count_violations(
-        source=f"SELECT {_TOKEN_COLS}, rollout_logp, train_logp FROM tokens WHERE role = 'action'",
+        source=f"SELECT {_TOKEN_COLS}, rollout_logp, train_logp FROM tokens "
+        f"WHERE role IN {_GENERATED}",
         violation="NOT (isfinite(rollout_logp) AND isfinite(train_logp))",
         order="sample_id, pos",
         one_per="sample_id",
@@ -36,17 +39,18 @@ def logp_finite(ctx: CheckContext) -> CheckResult:
     )
 
 
-@check(C, "loss_mask_on_actions")
+@check(C, "loss_mask_on_actions", version=2)
 def loss_mask_on_actions(ctx: CheckContext) -> CheckResult:
-    """loss_mask is set only on role='action' tokens (never prompt, observation, summary)."""
+    """loss_mask is set only on generated tokens: actions and summaries (never prompt,
+    observation or copied tail)."""
     skip = missing_tokens(ctx, "tokens", "tokens")
     if skip is not None:
         return skip
     return ctx.count_violations(
         source=f"SELECT {_TOKEN_COLS}, loss_mask, mask_reason FROM tokens",
-        violation="loss_mask AND role IS DISTINCT FROM 'action'",
+        violation="loss_mask AND (role IS NULL OR role NOT IN ('action', 'summary'))",
         order="sample_id, pos",
-        message="tokens in the loss whose role is not 'action'",
+        message="tokens in the loss whose role is not 'action' or 'summary'",
     )
 
 
@@ -127,11 +131,12 @@ def _near(bounds: list[float], tol: float) -> str:
     C,
     "trust_mask_recomputed",
     needs=("tokens.rollout_logp", "tokens.train_logp", "tokens.trust_mask", "tokens.mask_reason"),
+    version=2,
 )
 def trust_mask_recomputed(ctx: CheckContext) -> CheckResult:
-    """The recorded trust mask and reason equal the run's declared rule recomputed from log-probs
-    (tokens of samples out of the batch: ``stale``, or ``dropped`` for environment failures and
-    dropped groups)."""
+    """The recorded trust mask and reason of every generated token (actions, summaries) equal the
+    run's declared rule recomputed from its log-probs (tokens of samples out of the batch:
+    ``stale``, or ``dropped`` for environment failures and dropped groups)."""
     skip = missing_tokens(ctx, "actions", "action tokens")
     if skip is not None:
         return skip
@@ -147,7 +152,7 @@ def trust_mask_recomputed(ctx: CheckContext) -> CheckResult:
                           THEN 'dropped' END AS sample_status,
                      (train_logp - rollout_logp)::DOUBLE AS d, exp(d) AS r
               FROM tokens
-              WHERE role = 'action' AND isfinite(rollout_logp) AND isfinite(train_logp))
+              WHERE role IN {_GENERATED} AND isfinite(rollout_logp) AND isfinite(train_logp))
         WHERE NOT ({near})"""
     return ctx.count_violations(
         source=source,

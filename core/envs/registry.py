@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from core.envs.protocol import EnvSource
 from core.tokenizer.tokenizer import Tokenizer
 
-ENV_NAMES = ("arithmetic", "tool")
+ENV_NAMES = ("arithmetic", "tool", "longhorizon")
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,8 @@ class EnvConfig:
 
     name: str = "arithmetic"
     """Environment kind: ``arithmetic`` (single-turn, ``[task]`` settings) | ``tool`` (multi-turn
-    calculator calls, ``[tool]`` settings)."""
+    calculator calls, ``[tool]`` settings) | ``longhorizon`` (multi-turn recall that outgrows
+    the context, ``[longhorizon]`` settings)."""
 
     def __post_init__(self) -> None:
         if self.name not in ENV_NAMES:
@@ -33,6 +34,10 @@ def make_env_source(cfg, *, tok: Tokenizer) -> EnvSource:
         from core.envs.tool import ToolSource
 
         return ToolSource(cfg.tool, tok)
+    if cfg.env.name == "longhorizon":
+        from core.envs.longhorizon import LongHorizonSource
+
+        return LongHorizonSource(cfg.longhorizon, tok)
     raise ValueError(f"env.name={cfg.env.name!r} not in {list(ENV_NAMES)}")
 
 

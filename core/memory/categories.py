@@ -13,9 +13,6 @@ actor/optim/*/exp_avg|...         model_state             actor        persisten
 rollout/weights/*                 model_state             rollout      one sync -> the next
 actor/saved_activations           saved_activations       actor        forward -> after backward
 rollout/kv_cache/<n>              saved_activations       rollout      one generate / prefill call
-teacher/<id>/weights/*            model_state             teacher/<id> persistent
-teacher/<id>/kv_cache/<n>         saved_activations       teacher/<id> one prefill call
-teacher/<id>/payload              live_io                 trainer      prefill -> end of step
 weight_sync/gather|reshard|...    communication_buffers   weight_sync  inside one sync
 rollout/records, rollout/dsa_topk live_io                 trainer      generate -> end of step
 trainer/train_batch               live_io                 trainer      batch built -> end of step

@@ -17,8 +17,6 @@ from core.run import (
 )
 from core.tokenizer.tokenizer import Tokenizer
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-
 
 def resolve_config(config_path, overrides, *, steps=None, seed=None) -> RunConfig:
     extra = list(overrides or [])
@@ -38,7 +36,6 @@ def run_training(
     progress: bool = True,
 ) -> tuple[Path, dict]:
     """Create ``RUNS/<run_id>/``, train, close telemetry; returns (run_dir, summary)."""
-    from core.train.grpo import run_grpo
     from core.train.session import Session
 
     tok = Tokenizer.load()
@@ -85,10 +82,7 @@ def run_training(
                 bar.update(1)
 
         t0 = time.time()
-        loop = run_grpo
-        if cfg.rollout.mode == "async":
-            from core.train.async_grpo import run_async as loop
-        summary = loop(session, steps=cfg.train.steps, progress=on_step)
+        summary = training_loop(cfg)(session, steps=cfg.train.steps, progress=on_step)
         summary["seconds"] = time.time() - t0
         if cfg.train.save_checkpoint:
             summary["checkpoint"] = str(save_final_checkpoint(session, run_dir))
@@ -111,24 +105,37 @@ def run_training(
     return run_dir, summary
 
 
+def training_loop(cfg: RunConfig):
+    """The run function ``algorithm.name`` selects: ``(session, *, steps, progress) -> summary``."""
+    name = cfg.algorithm.name
+    if name == "sao":
+        from core.train.sao import run_sao
+
+        return run_sao
+    if name == "compaction":
+        from core.train.compaction_rl import run_compaction
+
+        return run_compaction
+    if cfg.rollout.mode == "async":
+        from core.train.async_grpo import run_async
+
+        return run_async
+    from core.train.grpo import run_grpo
+
+    return run_grpo
+
+
 def save_final_checkpoint(session, run_dir: Path) -> Path:
-    """The actor's final weights as ``RUN_DIR/checkpoint`` or ``train.checkpoint_dir`` (loadable
-    as ``train.base_model`` or as a teacher)."""
+    """The actor's final weights as ``RUN_DIR/checkpoint`` (loadable as ``train.base_model``)."""
     from core.model.checkpoint import save_checkpoint
 
     out = run_dir / "checkpoint"
-    if session.cfg.train.checkpoint_dir:
-        out = Path(session.cfg.train.checkpoint_dir)
-        out = out if out.is_absolute() else REPO_ROOT / out
     meta = {
         "produced_by": "closedloop train",
         "run_id": run_dir.name,
         "policy_version": session.version,
         "tokenizer_rev": session.tok.revision,
         "chat_template_rev": chat_template_rev(session.cfg.env.name),
-        "vocab_hash": session.tok.vocab_hash,
-        "base_model": session.cfg.train.base_model,
-        "task": session.cfg.to_dict()["task"],
     }
     save_checkpoint(out, session.actor.named_weights(), session.model_cfg, meta)
     return out
@@ -155,15 +162,9 @@ def train_from_args(args) -> int:
     except (ConfigError, ValueError) as e:
         print(f"closedloop train: config error: {e}", file=sys.stderr)
         return 2
-    from core.teachers.compat import TeacherIncompatible
-
-    try:
-        run_dir, summary = run_training(
-            cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=args.name
-        )
-    except (TeacherIncompatible, FileNotFoundError) as e:  # a teacher or reward model
-        print(f"closedloop train: {e}", file=sys.stderr)
-        return 2
+    run_dir, summary = run_training(
+        cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=args.name
+    )
     print_summary(run_dir, summary)
     return 0
 
@@ -171,6 +172,15 @@ def train_from_args(args) -> int:
 def pretrain_from_args(args) -> int:
     from core.train.pretrain import pretrain
 
+    if getattr(args, "env", "arithmetic") == "longhorizon":
+        from core.train.pretrain_longhorizon import LONGHORIZON_MODEL, pretrain_longhorizon
+
+        pretrain_longhorizon(
+            args.out or LONGHORIZON_MODEL,
+            tok=Tokenizer.load(),
+            **({"steps": args.steps} if args.steps else {}),
+        )
+        return 0
     cfg = load_config(None)
     if getattr(args, "env", "arithmetic") == "tool":
         from core.train.pretrain_tool import TOOL_MODEL, pretrain_tool
@@ -186,18 +196,12 @@ def pretrain_from_args(args) -> int:
 
         build_tokenizer_asset()
     out = args.out or str(Path(__file__).resolve().parent.parent / "assets" / "base_model")
-    extra = {}
-    if args.seed is not None:
-        extra["seed"] = args.seed
-    if args.teacher_error_rate is not None:
-        extra["teacher_error_rate"] = args.teacher_error_rate
     pretrain(
         out,
         model_cfg=cfg.model,
         task_cfg=cfg.task,
         tok=Tokenizer.load(),
         steps=args.steps or PRETRAIN_STEPS,
-        **extra,
     )
     return 0
 

@@ -127,7 +127,6 @@ def _pretrain(
             "ops": list(task_cfg.ops),
         },
         "tokenizer_rev": tok.revision,
-        "vocab_hash": tok.vocab_hash,
         "chat_template_rev": CHAT_TEMPLATE_REV,
         "greedy_eval_accuracy": acc,
     }

@@ -25,9 +25,9 @@ def test_registry_lists_every_contract_of_the_issue():
         "sparse_version",
         "agentic",
         "teacher_quant",
-        "reward",
         "memory",
         "parallel",
+        "long_horizon",
         "regression",
     }
     assert len(KNOWN) == len(set(KNOWN))

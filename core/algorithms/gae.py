@@ -1,0 +1,98 @@
+"""Skip-observation GAE (SAO): generalized advantage estimation over the policy's own tokens only.
+
+Design. A trajectory interleaves policy tokens (actions, summaries) with tokens the policy did not
+produce (prompt, environment observations, copied tails, padding). The critic is never asked for a
+value transition across an observation: the recursion runs over the *trainable* tokens in order,
+so the last token of action i bootstraps from the first token of action i+1:
+
+    δ(a_i,N)  = r(a_i,N) + γ·V(a_{i+1},0) − V(a_i,N)
+    Â(a_i,N)  = δ(a_i,N) + γλ·Â(a_{i+1},0)
+
+and inside an action the usual per-token recursion (δ_t = r_t + γV_{t+1} − V_t). After the last
+trainable token the bootstrap is 0 (the episode, or the segment, ends there). Without observations
+this is exactly the standard GAE recursion. Returns are ``Â + V`` (the critic's targets).
+
+Layout: token-aligned ``[B, T]`` tensors; ``values[:, t]`` is V of the state in which token t is
+generated (the critic's prediction-space output shifted by one, as ``train_logp`` is). The
+vectorized form packs each row's trainable tokens to the left (a stable sort keeps their order),
+runs one reverse scan over the packed columns for the whole batch, and scatters back.
+Simplifications: per-token rewards are given by the caller (outcome rewards sit on the last
+trainable token); no value clipping here (see ``value_loss``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def skip_observation_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    trainable: torch.Tensor,
+    *,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """GAE over the trainable tokens of each row, skipping every other token.
+
+    Args:
+        rewards: [B, T] fp32 per-token rewards (read on trainable tokens only).
+        values: [B, T] fp32 V(state before token t) (read on trainable tokens only; detached).
+        trainable: [B, T] bool, the tokens the recursion runs over (actions and summaries).
+        gamma: discount γ in [0, 1]; lam: GAE λ in [0, 1].
+    Returns:
+        (advantages [B, T], returns [B, T] = Â + V on trainable tokens, both 0 elsewhere;
+        metrics: ``n_tokens`` scalar, ``advantage_mean`` scalar over trainable tokens).
+    """
+    _check(gamma, lam)
+    if rewards.shape != values.shape or rewards.shape != trainable.shape:
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and trainable "
+            f"{tuple(trainable.shape)} must have the same [B, T] shape"
+        )
+    b, t = trainable.shape
+    zero = torch.zeros((), dtype=values.dtype)
+    order = torch.argsort((~trainable).to(torch.int8), dim=1, stable=True)  # [B, T] trainable first
+    m = trainable.gather(1, order)  # [B, T] packed mask: a prefix of True per row
+    r = torch.where(m, rewards.gather(1, order), zero)  # [B, T] packed
+    v = torch.where(m, values.detach().gather(1, order), zero)  # [B, T] packed
+    packed = torch.zeros_like(v)  # [B, T]
+    next_v = torch.zeros(b, dtype=v.dtype)  # [B] V of the next trainable token (0 after the last)
+    next_adv = torch.zeros(b, dtype=v.dtype)  # [B]
+    for j in range(t - 1, -1, -1):
+        delta = r[:, j] + gamma * next_v - v[:, j]
+        adv = torch.where(m[:, j], delta + gamma * lam * next_adv, zero)
+        packed[:, j] = adv
+        next_v = torch.where(m[:, j], v[:, j], zero)
+        next_adv = adv
+    advantages = torch.zeros_like(packed).scatter(1, order, packed)  # [B, T] token-aligned
+    returns = torch.where(trainable, advantages + values.detach(), zero)
+    n = trainable.sum()
+    metrics = {
+        "n_tokens": n,
+        "advantage_mean": advantages.sum() / n.clamp_min(1),
+    }
+    return advantages, returns, metrics
+
+
+def outcome_rewards(reward: torch.Tensor, trainable: torch.Tensor) -> torch.Tensor:
+    """Per-token rewards of outcome-rewarded rows: each row's reward on its last trainable token.
+
+    Args:
+        reward: [B] fp32 (a segment carries its trajectory's final reward).
+        trainable: [B, T] bool.
+    Returns:
+        [B, T] fp32, zero except at the last trainable token of each row that has one.
+    """
+    t = trainable.shape[1]
+    idx = torch.arange(t).expand_as(trainable)  # [B, T]
+    last = torch.where(trainable, idx, torch.full_like(idx, -1)).max(1).values  # [B]
+    at_last = idx == last[:, None]  # [B, T]
+    return torch.where(at_last & trainable, reward[:, None].to(torch.float32), 0.0)
+
+
+def _check(gamma: float, lam: float) -> None:
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"critic.gamma={gamma} must be in [0, 1]")
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"critic.lam={lam} must be in [0, 1]")

@@ -1,0 +1,88 @@
+"""SAO (single-rollout asynchronous optimization), as the seed writes it.
+
+    trajectory = async_rollout.one(prompt)           # group size 1: no group barrier
+    values     = critic(trajectory)                  # frozen attention, MLP + head trained
+    Â          = skip_observation_gae(values, rewards)
+    for _ in range(K): value_loss(critic, returns).backward(); critic_optimizer.step()
+    ratio      = exp(actor.logprob(ids) − rollout_logp); mask = DIS
+    policy_loss(mask, ratio, Â).backward(); actor_optimizer.step()
+
+The update is ``core.train.critic_step``. Consumption: with ``rollout.mode = "async"`` the
+orchestrator's workers run single-trajectory sessions and the trainer takes the first
+``prompts_per_step`` that finish (complete-and-consume; nothing waits for a group); weights go to
+the workers after each sync, as in ``core.train.async_grpo``. With ``rollout.mode = "sync"`` each
+step collects ``prompts_per_step`` single trajectories through the sync collector.
+"""
+
+from __future__ import annotations
+
+import time
+
+from core.rollout.group_batch import groups_to_batch
+from core.train.agent_records import sync_rows, turn_rows
+from core.train.async_grpo import AsyncRollout
+from core.train.critic_step import critic_rl_step, critic_update
+from core.train.evaluate import evaluate
+from core.train.grpo import collect_step, record_step
+from core.train.session import Session
+
+
+def sao_step(s: Session, step: int) -> dict:
+    """One SAO step over single trajectories from the sync collector."""
+    t0 = time.perf_counter()
+    s.memory.begin_step(step)
+    traj = collect_step(s, step)  # B single trajectories (group size 1)
+    return critic_rl_step(s, step, traj, t0=t0)
+
+
+def async_sao_step(s: Session, ar: AsyncRollout, step: int) -> dict:
+    """One SAO step over the first ``prompts_per_step`` trajectories the workers finished."""
+    t0 = time.perf_counter()
+    s.memory.begin_step(step)
+    taken = ar.orch.take_groups(s.cfg.algorithm.prompts_per_step)  # groups of one
+    batch = groups_to_batch(taken.groups, taken.dropped, tok=s.tok, group_size=1)
+    traj = batch.traj
+    s.memory.rollout_done(traj)
+    up = critic_update(s, step, traj, t0=t0, on_sync=ar.push)
+    up.metrics.update(
+        queue_depth=taken.queue_depth,
+        in_flight=taken.in_flight,
+        worker_busy_fraction=ar.busy_fraction(),
+        rollout_wait_s=taken.wait_s,
+        n_env_failures=batch.n_env_failures,
+        n_refilled=batch.n_refilled,
+        n_groups_dropped=batch.n_groups_dropped,
+        n_weight_switches=ar.switches(),
+    )
+    s.telemetry.emit("turns", turn_rows(batch.episodes, step=step))
+    if ar.rows:
+        s.telemetry.emit("weight_syncs", sync_rows(ar.rows))
+        ar.rows = []
+    record_step(
+        s, traj, step=step, reason=up.reason, v_train=up.v_train, metrics=up.metrics, sparse=None
+    )
+    return up.metrics
+
+
+def run_sao(s: Session, *, steps: int, progress=None) -> dict:
+    """Train ``steps`` SAO steps; returns the summary (first/last eval, per-step metrics)."""
+    first = evaluate(s, 0)
+    ar = AsyncRollout(s) if s.cfg.rollout.mode == "async" else None
+    history = []
+    try:
+        for step in range(steps):
+            t0 = time.perf_counter()
+            m = sao_step(s, step) if ar is None else async_sao_step(s, ar, step)
+            m["wall_step_s"] = time.perf_counter() - t0
+            history.append(m)
+            if progress is not None:
+                progress(m)
+            every = s.cfg.train.eval_every
+            if every and (step + 1) % every == 0 and step + 1 < steps:
+                evaluate(s, step + 1)
+    finally:
+        if ar is not None:
+            ar.stop()
+    last = evaluate(s, steps) if steps else first
+    s.memory.finish()
+    return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}
