@@ -55,7 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "gate", help="check a run's telemetry against the release contracts (exit 0/1/2)"
     )
     p.add_argument("run", help="run directory")
-    p.add_argument("--policy", default=None, help="policy TOML (default contracts/release.toml)")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="policy TOML (default: the one that fits the run, contracts/agentic.toml for an async "
+        "run, else contracts/release.toml)",
+    )
     p.add_argument("--baseline", default=None, help="baseline run for the regression checks")
     p.add_argument(
         "--allow-running",

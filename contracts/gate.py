@@ -3,10 +3,12 @@
 ``run_gate`` opens the run (and an optional baseline) with ``observability.open_run``, runs each
 check the policy does not switch off (a check that needs a table or column the run declares
 unrecorded is ``not_applicable`` without running), turns failures of warn-only checks into
-``warn``, and records the results in the run's ``contract_results`` table. The result carries the
-run's state (status, steps recorded, last write) for the report; ``allow_running`` accepts a live
-run. A check that raises is an ``error`` (fails the gate); a run that cannot be opened or a bad
-policy raises ``GateUsageError`` (exit 2). Simplification: checks run sequentially on one DuckDB connection.
+``warn``, and records the results in the run's ``contract_results`` table. Without a policy it
+takes the one that fits the run's loop (``contracts.policy.policy_for_run``, from ``runs.config``)
+and says which and why. The result carries the run's state (status, steps recorded, last
+write) for the report; ``allow_running`` accepts a live run. A check that raises is an ``error``
+(fails the gate); a run that cannot be opened or a bad policy raises ``GateUsageError`` (exit 2).
+Simplification: checks run sequentially on one DuckDB connection.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import duckdb
 
 from contracts.context import CheckContext, CheckError, RunState, error, not_applicable
-from contracts.policy import Policy, load_policy
+from contracts.policy import Policy, load_policy, policy_for_run
 from contracts.record import append_results
 from contracts.registry import CheckSpec, registered_checks
 from contracts.result import FAIL, WARN, CheckResult
@@ -50,6 +52,9 @@ class GateResult:
     seconds: float
     state: RunState
     """The run's status, steps recorded and last write time."""
+    policy_source: str = "given"
+    """Where the policy came from: ``given`` (a Policy object), the file passed, or the file
+    chosen for the run and why."""
 
     @property
     def passed(self) -> bool:
@@ -116,6 +121,25 @@ def _run_id(ctx: CheckContext) -> str:
         return ctx.run_dir.name  # the writer's default run id
 
 
+def _policy(policy: Policy | str | Path | None, ctx: CheckContext) -> tuple[Policy, str]:
+    """(the policy, where it came from); GateUsageError when its file cannot be read."""
+    if isinstance(policy, Policy):
+        return policy, "given"
+    if policy is not None:
+        path, source = Path(policy), f"{policy} (--policy)"
+    else:
+        try:
+            config = ctx.run.config
+        except CheckError:  # no readable runs row: schema.store_readable reports it
+            config = {}
+        choice = policy_for_run(config)
+        path, source = choice.path, f"{choice.path.name}, chosen because {choice.reason}"
+    try:
+        return load_policy(path), source
+    except ValueError as e:
+        raise GateUsageError(str(e)) from e
+
+
 def run_gate(
     run_dir: str | Path,
     policy: Policy | str | Path | None = None,
@@ -124,28 +148,24 @@ def run_gate(
     record: bool = True,
     allow_running: bool = False,
 ) -> GateResult:
-    """Gate the run at ``run_dir``; ``policy`` is a Policy or a TOML path (default release.toml).
+    """Gate the run at ``run_dir``; ``policy`` is a Policy, a TOML path, or None: the policy that
+    fits the run (``policy_for_run``: agentic.toml for an async run, else release.toml).
 
     With ``record`` the results are appended to the run's ``contract_results`` table;
     ``allow_running`` lets ``run.finished`` pass a run whose status is still ``running``.
     Raises GateUsageError when the run, the baseline or the policy cannot be read.
     """
     t0 = time.perf_counter()
-    if not isinstance(policy, Policy):
-        try:
-            policy = load_policy(policy)
-        except ValueError as e:
-            raise GateUsageError(str(e)) from e
     run_dir, con = _open(run_dir, "run")
-    base_dir, base_con = _open(baseline, "baseline") if baseline is not None else (None, None)
-    ctx = CheckContext(
-        con,
-        run_dir=run_dir,
-        policy=policy,
-        baseline=base_con,
-        baseline_dir=base_dir,
-        allow_running=allow_running,
-    )
+    ctx = CheckContext(con, run_dir=run_dir, policy=Policy(), allow_running=allow_running)
+    try:
+        ctx.policy, source = _policy(policy, ctx)
+        base_dir, base_con = _open(baseline, "baseline") if baseline is not None else (None, None)
+    except GateUsageError:
+        con.close()
+        raise
+    ctx.baseline, ctx.baseline_dir = base_con, base_dir
+    policy = ctx.policy
     try:
         results = tuple(
             _run_one(spec, ctx, policy.mode(spec.id))
@@ -161,6 +181,7 @@ def run_gate(
             checked_at=datetime.now(UTC),
             seconds=time.perf_counter() - t0,
             state=ctx.state,
+            policy_source=source,
         )
     finally:
         con.close()

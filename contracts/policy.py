@@ -1,8 +1,10 @@
 """Release policy: thresholds, regression margins and which checks are required, warn-only or off.
 
-Read from TOML (default ``contracts/release.toml``) into small frozen dataclasses; unknown
-sections, keys, check names or modes raise ValueError naming them and the allowed values.
-Simplification: one mode per check, no per-table or per-step overrides.
+Read from TOML into small frozen dataclasses; unknown sections, keys, check names or modes raise
+ValueError naming them and the allowed values. Without ``--policy`` the gate takes the policy that
+fits the run's loop (``policy_for_run``): ``contracts/agentic.toml`` for an async run, where the
+policy lag the run chose moves log-prob mismatch and DIS masking; ``contracts/release.toml`` for
+every other run. Simplification: one mode per check, no per-table or per-step overrides.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 DEFAULT_POLICY = Path(__file__).resolve().parent / "release.toml"
+AGENTIC_POLICY = Path(__file__).resolve().parent / "agentic.toml"
 MODES = ("required", "warn", "off")
 """``required``: a failure fails the gate; ``warn``: reported as ``warn``; ``off``: not run."""
 
@@ -171,3 +174,23 @@ def load_policy(path: str | Path | None = None) -> Policy:
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"policy {path} is not valid TOML: {e}") from e
     return policy_from_dict(raw, all_check_ids())
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """Which policy file the gate uses for a run, and why (shown in the report)."""
+
+    path: Path
+    reason: str
+
+
+def policy_for_run(config: Mapping[str, Any]) -> PolicyChoice:
+    """The policy that fits a run whose ``runs.config`` is ``config`` (when none is given):
+    ``agentic.toml`` for ``rollout.mode = "async"``, else ``release.toml`` (also for runs that
+    record no config, e.g. some imports)."""
+    rollout = config.get("rollout") if isinstance(config, Mapping) else None
+    mode = rollout.get("mode") if isinstance(rollout, Mapping) else None
+    if mode == "async":
+        return PolicyChoice(AGENTIC_POLICY, "the run's config has rollout.mode = 'async'")
+    why = "records no rollout.mode" if mode is None else f"has rollout.mode = {mode!r}"
+    return PolicyChoice(DEFAULT_POLICY, f"the run's config {why}")

@@ -26,6 +26,10 @@ def _state(gate: GateResult) -> str:
     return f"run {gate.run_id}: status {gate.state.status or 'unknown'}, {gate.state.summary()}"
 
 
+def _policy(gate: GateResult) -> str:
+    return f"policy {gate.policy.name!r}: {gate.policy_source}"
+
+
 def _verdict(gate: GateResult) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(gate.counts.items()))
     word = "PASSED" if gate.passed else "FAILED"
@@ -34,7 +38,7 @@ def _verdict(gate: GateResult) -> str:
 
 def format_table(gate: GateResult) -> str:
     """The terminal table: check, status, observed, threshold, violations / rows; then the
-    findings, the run's state and the verdict."""
+    findings, the policy and where it came from, the run's state and the verdict."""
     header = ("check", "status", "observed", "threshold", "violations")
     rows = [
         (r.id, r.status, _num(r.observed), _num(r.threshold), f"{r.n_violations}/{r.n_rows}")
@@ -50,7 +54,7 @@ def format_table(gate: GateResult) -> str:
         if r.status in (FAIL, ERROR, WARN):
             lines.append(f"{r.status.upper()} {r.id}: {r.message}")
             lines += [f"    {json.dumps(e, sort_keys=True)}" for e in r.examples]
-    lines += [_state(gate), _verdict(gate)]
+    lines += [_policy(gate), _state(gate), _verdict(gate)]
     return "\n".join(lines)
 
 
@@ -80,6 +84,7 @@ def junit_xml(gate: GateResult) -> str:
         ("run_dir", gate.run_dir),
         ("run_id", gate.run_id),
         ("baseline", gate.baseline or ""),
+        ("policy_source", gate.policy_source),
         *((f"run_{k}", "" if v is None else v) for k, v in gate.state.as_dict().items()),
     ):
         ET.SubElement(props, "property", name=name, value=str(value))
@@ -117,6 +122,7 @@ def markdown(gate: GateResult) -> str:
     if gate.baseline is not None:
         lines[-1] += f", baseline `{gate.baseline}`"
     lines[-1] += f"; status {gate.state.status or 'unknown'}, {gate.state.summary()}"
+    lines += ["", _md_cell(_policy(gate))]
     lines += ["", "| check | status | observed | threshold | violations |", "|---|---|---|---|---|"]
     for r in gate.results:
         lines.append(

@@ -1,0 +1,56 @@
+"""Without ``--policy`` the gate takes the policy that fits the run's loop and says which and why:
+``agentic.toml`` for an async run, ``release.toml`` for a synchronous one."""
+
+import pytest
+
+from closedloop.cli import main
+from contracts import run_gate
+from contracts.policy import AGENTIC_POLICY, DEFAULT_POLICY, load_policy, policy_for_run
+from tests.conftest import make_agentic_run
+
+
+def test_policy_for_run_reads_the_loop_from_the_config():
+    chosen = policy_for_run({"rollout": {"mode": "async", "executor": "threads"}})
+    assert chosen.path == AGENTIC_POLICY and "rollout.mode = 'async'" in chosen.reason
+    assert policy_for_run({"rollout": {"mode": "sync"}}).path == DEFAULT_POLICY
+    # an imported run without a config (or a rollout section) gets the release policy
+    assert policy_for_run({}).path == DEFAULT_POLICY
+    assert "records no rollout.mode" in policy_for_run({"algorithm": {}}).reason
+    # the agentic policy relaxes only what the lag moves: mismatch and masked fraction
+    release, agentic = load_policy(DEFAULT_POLICY), load_policy(AGENTIC_POLICY)
+    assert agentic.name == "agentic" and agentic.checks == release.checks
+    differs = {
+        k
+        for k in vars(release.thresholds)
+        if getattr(release.thresholds, k) != getattr(agentic.thresholds, k)
+    }
+    assert differs == {"mismatch_abs_mean", "mismatch_abs_p99", "masked_fraction"}
+
+
+@pytest.mark.slow
+def test_sync_run_is_gated_under_the_release_policy(tiny_run, capsys):
+    assert main(["gate", str(tiny_run)]) == 0
+    out = capsys.readouterr().out
+    line = (
+        "policy 'release': release.toml, chosen because the run's config has rollout.mode = 'sync'"
+    )
+    assert line in out.splitlines()
+    assert run_gate(tiny_run, record=False).policy.name == "release"
+
+
+@pytest.mark.slow
+def test_async_run_passes_the_gate_with_no_flags(tmp_path, capsys):
+    # an agentic_tiny run as a user starts it (its own, rare environment failures switched off so
+    # the verdict does not depend on which sample a crash hits)
+    run = make_agentic_run(tmp_path, ["tool.crash_rate=0.0", "tool.malformed_rate=0.0"])
+    assert main(["gate", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "policy 'agentic': agentic.toml, chosen because the run's config has " in out
+    assert "gate PASSED" in out and "under policy 'agentic'" in out
+    # --policy still wins
+    assert "under policy 'release'" in _gate_out(run, ["--policy", str(DEFAULT_POLICY)], capsys)
+
+
+def _gate_out(run, flags, capsys) -> str:
+    main(["gate", str(run), *flags])
+    return capsys.readouterr().out
