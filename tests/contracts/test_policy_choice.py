@@ -7,6 +7,7 @@ from closedloop.cli import main
 from contracts import run_gate
 from contracts.policy import AGENTIC_POLICY, DEFAULT_POLICY, load_policy, policy_for_run
 from tests.conftest import make_agentic_run
+from tests.contracts.store_edit import copy_run
 
 
 def test_policy_for_run_reads_the_loop_from_the_config():
@@ -28,14 +29,15 @@ def test_policy_for_run_reads_the_loop_from_the_config():
 
 
 @pytest.mark.slow
-def test_sync_run_is_gated_under_the_release_policy(tiny_run, capsys):
-    assert main(["gate", str(tiny_run)]) == 0
+def test_sync_run_is_gated_under_the_release_policy(tiny_run, tmp_path, capsys):
+    run = copy_run(tiny_run, tmp_path)  # the gate records its results: not into the shared run
+    assert main(["gate", str(run)]) == 0
     out = capsys.readouterr().out
     line = (
         "policy 'release': release.toml, chosen because the run's config has rollout.mode = 'sync'"
     )
     assert line in out.splitlines()
-    assert run_gate(tiny_run, record=False).policy.name == "release"
+    assert run_gate(run, record=False).policy.name == "release"
 
 
 @pytest.mark.slow
