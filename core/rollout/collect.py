@@ -14,42 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 
 import torch
 
 from core.envs.protocol import Environment
+from core.rollout.episode import EpisodeRecord
 from core.rollout.sampling import SamplingParams
 from core.rollout.trajectories import ROLE, Trajectories
 from core.tokenizer.tokenizer import Tokenizer
-
-
-@dataclass
-class _Episode:
-    """One episode's growing record (post-prompt tokens as parallel lists)."""
-
-    env: Environment
-    prompt: list[int]
-    ids: list[int] = field(default_factory=list)
-    roles: list[int] = field(default_factory=list)
-    logp: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    rewards: dict = field(default_factory=dict)
-    failure_reason: str | None = None
-    env_failure: bool = False
-    finished: bool = False
-    turns: int = 0
-    done: bool = False
-
-    @property
-    def context(self) -> list[int]:
-        return self.prompt + self.ids
-
-    def add(self, ids: list[int], role: str, logp=None, version: int = -1) -> None:
-        self.ids += ids
-        self.roles += [ROLE[role]] * len(ids)
-        self.logp += list(logp) if logp is not None else [0.0] * len(ids)
-        self.versions += [version] * len(ids)
 
 
 def collect(
@@ -76,14 +48,14 @@ def collect(
         env_pool: steps the turn's environments concurrently (their latencies overlap: the turn
             waits for the slowest); None steps them one after another.
     """
-    episodes = [_Episode(env, list(env.reset())) for env in envs]
+    episodes = [EpisodeRecord(env, list(env.reset())) for env in envs]
     limit = max_seq_len if max_seq_len is not None else engine.cfg.max_seq_len
     first_width, records = 0, {}
     for turn in range(max_turns):
         live = [e for e in episodes if not e.done]
         for e in live:
             if len(e.context) + params.max_new_tokens > limit:
-                e.done, e.failure_reason = True, "context_exhausted"
+                e.finish(failure_reason="context_exhausted")
         live = [e for e in live if not e.done]
         if not live:
             break
@@ -110,8 +82,11 @@ def collect(
         results = list(run(lambda x: x[0](x[1], finished=x[2]), steps))
         for e, res in zip(live, results, strict=True):
             if res.done:
-                e.done, e.rewards = True, dict(res.rewards)
-                e.failure_reason, e.env_failure = res.failure_reason, res.env_failure
+                e.finish(
+                    rewards=res.rewards,
+                    failure_reason=res.failure_reason,
+                    env_failure=res.env_failure,
+                )
             else:
                 e.add(list(res.observation), "observation")
         if all(e.done for e in episodes):
@@ -120,7 +95,7 @@ def collect(
             between_turns(turn)
     for e in episodes:
         if not e.done:  # ran out of turns
-            e.done, e.failure_reason = True, "max_turns"
+            e.finish(failure_reason="max_turns")
     if any(e.turns > 1 for e in episodes):
         records = {}  # per-chunk engine records align with single-turn batches only
     return assemble(
@@ -134,7 +109,7 @@ def collect(
 
 
 def assemble(
-    episodes: Sequence[_Episode],
+    episodes: Sequence[EpisodeRecord],
     *,
     tok: Tokenizer,
     sample_ids: torch.Tensor,

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from core.envs.protocol import Environment
-from core.rollout.collect import _Episode, assemble
+from core.rollout.collect import assemble
+from core.rollout.episode import EpisodeRecord
 from core.rollout.sampling import SamplingParams
 from core.rollout.trajectories import Trajectories
 from core.tokenizer.tokenizer import Tokenizer
@@ -102,7 +103,7 @@ class CompactedRollout:
 class _Trajectory:
     env: Environment
     group_id: int
-    segments: list[_Episode]
+    segments: list[EpisodeRecord]
     seg_ids: list[int]
     pairs: list[list[int]] = field(default_factory=list)
     """Exact ids of each finished (action, observation) pair, in order."""
@@ -113,7 +114,7 @@ class _Trajectory:
     done: bool = False
 
     @property
-    def current(self) -> _Episode:
+    def current(self) -> EpisodeRecord:
         return self.segments[-1]
 
 
@@ -146,7 +147,7 @@ def collect_compacted(
     trajs = []
     for env, gid in zip(envs, group_ids.tolist(), strict=True):
         prompt = list(env.reset())
-        trajs.append(_Trajectory(env, gid, [_Episode(env, prompt)], [int(new_ids(1)[0])]))
+        trajs.append(_Trajectory(env, gid, [EpisodeRecord(env, prompt)], [int(new_ids(1)[0])]))
     events: list[CompactionEvent] = []
     while True:
         live = [t for t in trajs if not t.done]
@@ -239,7 +240,7 @@ def _summarise(engine, trajs, params, *, tok, q_sum, cfg, new_ids, generator, gr
         body = summary[:-1] if seg.finished else summary  # the resume carries no EOS
         resume = [tok.bos_id, tok.user_id, *body, tok.assistant_id]
         tail = t.pairs[-cfg.keep_pairs :] if cfg.keep_pairs else []
-        nxt = _Episode(t.env, resume)
+        nxt = EpisodeRecord(t.env, resume)
         for pair in tail:
             nxt.add(pair, "tail")
         events.append(

@@ -1,10 +1,11 @@
 """Episodes and groups of the async rollout: the growing record of one session, and the
 environment-failure rule that decides what happens to a finished group.
 
-An ``Episode`` keeps, token by token after its prompt, the exact ids, roles, behaviour
+An ``EpisodeRecord`` keeps, token by token after its prompt, the exact ids, roles, behaviour
 log-probs, the policy version that produced each generated token, the oldest KV version that
-token was decoded against and its turn; per turn a ``TurnRecord`` (worker, context hash, timings,
-environment latency). A ``Group`` holds the episodes of one prompt. ``group_verdict`` is the
+token was decoded against and its turn (the synchronous collector's episodes are these); an
+``Episode`` adds a session's identity and per turn a ``TurnRecord`` (worker, context hash,
+timings, environment latency). A ``Group`` holds the episodes of one prompt. ``group_verdict`` is the
 seed's filter: env-failed samples leave the batch; a group with more than half valid samples is
 refilled (new episodes of the same prompt), otherwise the whole group is dropped.
 """
@@ -45,66 +46,88 @@ class TurnRecord:
     env_event: str | None = None
 
 
-@dataclass
-class Episode:
-    """One session: an environment episode as it runs (duck-compatible with ``collect``'s
-    episodes, so ``core.rollout.collect.assemble`` lays it out)."""
+GENERATED_ROLES = ("action", "summary")
+"""Roles the policy generates (their tokens belong to the turn that produced them)."""
 
-    sample_id: int
-    group_id: int
+
+@dataclass
+class EpisodeRecord:
+    """An episode's growing record after its prompt, token by token as parallel lists: exact
+    ids, roles, behaviour log-probs, the policy version that produced each generated token and
+    the oldest KV version it attended (-1 elsewhere), its turn. What ``core.rollout.collect``
+    runs and ``core.rollout.collect.assemble`` lays out."""
+
     env: object
-    seed: int
     prompt: list[int]
-    refill: bool = False
     ids: list[int] = field(default_factory=list)
     roles: list[int] = field(default_factory=list)
     logp: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     kv_versions: list[int] = field(default_factory=list)
     turn_of: list[int] = field(default_factory=list)
-    turn_records: list[TurnRecord] = field(default_factory=list)
-    worker: int | None = None
     rewards: dict = field(default_factory=dict)
     failure_reason: str | None = None
     env_failure: bool = False
     finished: bool = False
     turns: int = 0
+    """Policy turns so far (incremented by the caller after a generated turn)."""
     done: bool = False
-    t_start: float = 0.0
-    t_end: float = 0.0
 
     @property
     def context(self) -> list[int]:
         """The exact ids so far: prompt + every action and observation token."""
         return self.prompt + self.ids
 
+    def add(self, ids, role: str, logp=None, version=-1, kv_version=None) -> None:
+        """Append ``ids`` in ``role``: ``logp`` per token (0 when None); ``version`` and
+        ``kv_version`` per token, or one int for all (``kv_version`` None: = ``version``)."""
+        n = len(ids)
+        versions = _per_token(version, n)
+        self.ids += list(ids)
+        self.roles += [ROLE[role]] * n
+        self.logp += list(logp) if logp is not None else [0.0] * n
+        self.versions += versions
+        self.kv_versions += versions if kv_version is None else _per_token(kv_version, n)
+        turn = self.turns if role in GENERATED_ROLES else max(self.turns - 1, 0)
+        self.turn_of += [turn] * n
+
+    def finish(self, *, rewards=None, failure_reason=None, env_failure=False) -> None:
+        self.done = True
+        self.rewards = dict(rewards or {})
+        self.failure_reason, self.env_failure = failure_reason, env_failure
+
+
+def _per_token(value, n: int) -> list[int]:
+    return [value] * n if isinstance(value, int) else list(value)
+
+
+@dataclass(kw_only=True)
+class Episode(EpisodeRecord):
+    """One session of the async rollout: the record plus its identity, worker and timings."""
+
+    sample_id: int
+    group_id: int
+    seed: int
+    refill: bool = False
+    turn_records: list[TurnRecord] = field(default_factory=list)
+    worker: int | None = None
+    t_start: float = 0.0
+    t_end: float = 0.0
+
     @property
     def env_latency_s(self) -> float:
         return sum(t.env_latency_s for t in self.turn_records)
 
     def add_action(self, ids, logp, versions, kv_versions) -> None:
-        n = len(ids)
-        self.ids += list(ids)
-        self.roles += [ROLE["action"]] * n
-        self.logp += list(logp)
-        self.versions += list(versions)
-        self.kv_versions += list(kv_versions)
-        self.turn_of += [self.turns] * n
+        self.add(ids, "action", logp, versions, kv_versions)
         self.turns += 1
 
     def add_observation(self, ids) -> None:
-        n = len(ids)
-        self.ids += list(ids)
-        self.roles += [ROLE["observation"]] * n
-        self.logp += [0.0] * n
-        self.versions += [-1] * n
-        self.kv_versions += [-1] * n
-        self.turn_of += [self.turns - 1] * n
+        self.add(ids, "observation")
 
     def finish(self, *, rewards=None, failure_reason=None, env_failure=False, t=0.0) -> None:
-        self.done, self.t_end = True, t
-        self.rewards = dict(rewards or {})
-        self.failure_reason, self.env_failure = failure_reason, env_failure
+        super().finish(rewards=rewards, failure_reason=failure_reason, env_failure=env_failure)
+        self.t_end = t
 
 
 @dataclass

@@ -188,7 +188,13 @@ class Orchestrator:
 
     def _start_episode(self, group: Group, env, *, refill: bool) -> None:
         sid = int(self.ids.samples(1)[0])
-        ep = Episode(sid, group.group_id, env, _seed(self.seed, sid), list(env.reset()))
+        ep = Episode(
+            env,
+            list(env.reset()),
+            sample_id=sid,
+            group_id=group.group_id,
+            seed=_seed(self.seed, sid),
+        )
         ep.refill, ep.t_start = refill, time.time()
         group.episodes.append(ep)
         self._sessions[sid] = ep

@@ -23,12 +23,11 @@ from core.envs.arithmetic import ArithmeticSource
 from core.model.actor import Actor
 from core.model.checkpoint import save_checkpoint
 from core.model.config import ModelConfig
-from core.rollout.engine import RolloutEngine, left_pad
-from core.sync.convert import actor_to_rollout
 from core.tasks.arithmetic import ArithmeticConfig, sft_corpus
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate import greedy_accuracy
+from core.train.sft import Demo, one_thread, rollout_engine, sft
 
 TEACHER_ERROR_RATE = 0.7
 """Fraction of SFT demonstrations written by the flawed (no carry / no borrow) teacher."""
@@ -47,89 +46,44 @@ def pretrain(
     teacher_error_rate: float = TEACHER_ERROR_RATE,
     log=print,
 ) -> dict:
-    """Run SFT and write the checkpoint; returns a summary with the greedy accuracy.
-
-    Runs on one CPU thread so that the float summation order, and with it the checkpoint's
-    sha256, does not depend on the machine's core count.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _pretrain(
-            out_dir,
-            model_cfg=model_cfg,
-            task_cfg=task_cfg,
-            tok=tok,
-            steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            seed=seed,
-            teacher_error_rate=teacher_error_rate,
-            log=log,
+    """Run SFT (``core.train.sft``, one CPU thread) and write the checkpoint; returns a summary
+    with the greedy accuracy."""
+    with one_thread():
+        t0 = time.time()
+        torch.manual_seed(seed)
+        actor = Actor(model_cfg, seed=seed)
+        pairs = list(
+            sft_corpus(steps * batch_size, seed, task_cfg, teacher_error_rate=teacher_error_rate)
         )
-    finally:
-        torch.set_num_threads(threads)
+        demos = [_demonstration(q, a, tok=tok) for q, a in pairs]
+        batches = (demos[i * batch_size : (i + 1) * batch_size] for i in range(steps))
+        sft(actor, batches, steps=steps, lr=lr, pad_id=tok.pad_id, log=log)
+        engine = rollout_engine(actor, model_cfg)
+        acc = greedy_accuracy(engine, ArithmeticSource(task_cfg, tok).eval_set(256), tok=tok)[
+            "accuracy"
+        ]
+        meta = {
+            "produced_by": "closedloop pretrain",
+            "seed": seed,
+            "steps": steps,
+            "batch_size": batch_size,
+            "lr": lr,
+            "teacher_error_rate": teacher_error_rate,
+            "task": {
+                "min_digits": task_cfg.min_digits,
+                "max_digits": task_cfg.max_digits,
+                "ops": list(task_cfg.ops),
+            },
+            "tokenizer_rev": tok.revision,
+            "chat_template_rev": CHAT_TEMPLATE_REV,
+            "greedy_eval_accuracy": acc,
+        }
+        sha = save_checkpoint(out_dir, actor.named_weights(), model_cfg, meta)
+        log(f"pretrain: greedy held-out accuracy {acc:.3f}; wrote {out_dir} (sha256 {sha[:12]})")
+        return {**meta, "weights_sha256": sha, "seconds": time.time() - t0}
 
 
-def _pretrain(
-    out_dir, *, model_cfg, task_cfg, tok, steps, batch_size, lr, seed, teacher_error_rate, log
-) -> dict:
-    torch.manual_seed(seed)
-    actor = Actor(model_cfg, seed=seed)
-    opt = torch.optim.AdamW(actor.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.1
-    )
-    pairs = list(
-        sft_corpus(steps * batch_size, seed, task_cfg, teacher_error_rate=teacher_error_rate)
-    )
-    t0 = time.time()
-    for step in range(steps):
-        chunk = pairs[step * batch_size : (step + 1) * batch_size]
-        seqs, n_resp = [], []
-        for q, a in chunk:
-            p, r = encode_prompt(q, tok=tok), encode_response(a, tok=tok)
-            seqs.append(p + r)
-            n_resp.append(len(r))
-        ids, valid = left_pad(seqs, tok.pad_id)  # [B, T]
-        t = ids.shape[1]
-        is_resp = torch.arange(t)[None, :] >= (t - torch.tensor(n_resp))[:, None]  # [B, T]
-        logits = actor.logits(ids, valid)[:, :-1]  # [B, T-1, V]
-        loss_tok = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-        ).view_as(ids[:, 1:])
-        m = is_resp[:, 1:].float()
-        loss = (loss_tok * m).sum() / m.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(actor.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 100 == 0 or step == steps - 1:
-            log(
-                f"pretrain step {step:4d} loss {loss.detach().item():.4f} ({time.time() - t0:.0f}s)"
-            )
-    engine = RolloutEngine(model_cfg)
-    engine.load_weights(actor_to_rollout(actor.named_weights(), model_cfg), version=0)
-    acc = greedy_accuracy(engine, ArithmeticSource(task_cfg, tok).eval_set(256), tok=tok)[
-        "accuracy"
-    ]
-    meta = {
-        "produced_by": "closedloop pretrain",
-        "seed": seed,
-        "steps": steps,
-        "batch_size": batch_size,
-        "lr": lr,
-        "teacher_error_rate": teacher_error_rate,
-        "task": {
-            "min_digits": task_cfg.min_digits,
-            "max_digits": task_cfg.max_digits,
-            "ops": list(task_cfg.ops),
-        },
-        "tokenizer_rev": tok.revision,
-        "chat_template_rev": CHAT_TEMPLATE_REV,
-        "greedy_eval_accuracy": acc,
-    }
-    sha = save_checkpoint(out_dir, actor.named_weights(), model_cfg, meta)
-    log(f"pretrain: greedy held-out accuracy {acc:.3f}; wrote {out_dir} (sha256 {sha[:12]})")
-    return {**meta, "weights_sha256": sha, "seconds": time.time() - t0}
+def _demonstration(question: str, answer: str, *, tok: Tokenizer) -> Demo:
+    """(prompt + response ids, mask True on the response tokens, EOS included)."""
+    p, r = encode_prompt(question, tok=tok), encode_response(answer, tok=tok)
+    return list(p) + list(r), [False] * len(p) + [True] * len(r)

@@ -23,12 +23,11 @@ from core.model.actor import Actor
 from core.model.checkpoint import save_checkpoint
 from core.model.config import ModelConfig
 from core.rollout.compaction import CompactionConfig, collect_compacted, counter_ids
-from core.rollout.engine import RolloutEngine
 from core.rollout.sampling import SamplingParams
-from core.sync.convert import actor_to_rollout
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate_compaction import compaction_accuracy
+from core.train.sft import one_thread, rollout_engine, sft
 
 LONGHORIZON_MODEL = Path(__file__).resolve().parent.parent / "assets" / "longhorizon_model"
 FLAW_RATE = 0.6
@@ -67,16 +66,6 @@ def demonstrations(n: int, *, seed: int, tok: Tokenizer, env_cfg, comp: Compacti
     return rows
 
 
-def _batch(rows, pad_id: int):
-    t = max(len(r[0]) for r in rows)
-    ids = torch.full((len(rows), t), pad_id, dtype=torch.int64)
-    mask = torch.zeros((len(rows), t), dtype=torch.bool)
-    valid = torch.zeros((len(rows), t), dtype=torch.bool)
-    for i, (x, m) in enumerate(rows):
-        ids[i, t - len(x) :], mask[i, t - len(x) :], valid[i, t - len(x) :] = x, m, True
-    return ids, valid, mask
-
-
 def pretrain_longhorizon(
     out_dir: str | Path = LONGHORIZON_MODEL,
     *,
@@ -88,10 +77,9 @@ def pretrain_longhorizon(
     eval_size: int = 256,
     log=print,
 ) -> dict:
-    """SFT and write the checkpoint; returns its metadata (greedy held-out success included)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    """SFT (``core.train.sft``, one CPU thread) and write the checkpoint; returns its metadata
+    (greedy held-out success included)."""
+    with one_thread():
         return _pretrain(
             out_dir,
             tok=tok,
@@ -102,42 +90,25 @@ def pretrain_longhorizon(
             eval_size=eval_size,
             log=log,
         )
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _pretrain(out_dir, *, tok, steps, batch_size, lr, seed, eval_size, log) -> dict:
     env_cfg, comp = LongHorizonConfig(), CompactionConfig()
     torch.manual_seed(seed)
     actor = Actor(MODEL, seed=seed)
-    opt = torch.optim.AdamW(actor.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.1
-    )
     t0 = time.time()
     rows = demonstrations(steps * batch_size // 2, seed=seed, tok=tok, env_cfg=env_cfg, comp=comp)
+    demos = [(ids.tolist(), mask.tolist()) for ids, mask in rows]
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
     log(f"pretrain-longhorizon: {len(rows)} demonstration rows ({time.time() - t0:.0f}s)")
-    for step in range(steps):
-        idx = [order[(step * batch_size + j) % len(order)] for j in range(batch_size)]
-        ids, valid, mask = _batch([rows[i] for i in idx], tok.pad_id)  # [B, T]
-        logits = actor.logits(ids, valid)[:, :-1]  # [B, T-1, V]
-        ce = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-        ).view_as(ids[:, 1:])
-        m = mask[:, 1:].float()
-        loss = (ce * m).sum() / m.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(actor.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 100 == 0 or step == steps - 1:
-            log(
-                f"pretrain-longhorizon step {step:4d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)"
-            )
-    engine = RolloutEngine(MODEL)
-    engine.load_weights(actor_to_rollout(actor.named_weights(), MODEL), version=0)
+    batches = (
+        [demos[order[(step * batch_size + j) % len(order)]] for j in range(batch_size)]
+        for step in range(steps)
+    )
+    sft(
+        actor, batches, steps=steps, lr=lr, pad_id=tok.pad_id, log=log, label="pretrain-longhorizon"
+    )
+    engine = rollout_engine(actor, MODEL)
     acc = compaction_accuracy(
         engine,
         LongHorizonSource(env_cfg, tok).eval_set(eval_size),

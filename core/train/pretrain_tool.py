@@ -29,12 +29,11 @@ from core.envs.tool_protocol import (
 )
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint, save_checkpoint
-from core.rollout.engine import RolloutEngine, left_pad
-from core.sync.convert import actor_to_rollout
 from core.tasks.arithmetic import flawed_answer
 from core.tokenizer.chat_template import encode_prompt
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate import greedy_accuracy
+from core.train.sft import Demo, one_thread, rollout_engine, sft
 
 TOOL_TEACHER_ERROR_RATE = 0.6
 """Fraction of demonstrations whose outer operation is answered from memory (with the bug)."""
@@ -47,9 +46,9 @@ TOOL_MODEL = Path(__file__).resolve().parent.parent / "assets" / "tool_model"
 """Where ``closedloop pretrain --env tool`` writes the shipped tool-use base."""
 
 
-def demonstration(p: ToolProblem, *, flawed: bool, tok: Tokenizer) -> tuple[list[int], list[bool]]:
+def demonstration(p: ToolProblem, *, flawed: bool, tok: Tokenizer) -> Demo:
     """(ids, loss mask) of one demonstrated episode: the mask is True on action tokens."""
-    ids, mask = list(encode_prompt(p.question, tok=tok)), []
+    ids = list(encode_prompt(p.question, tok=tok))
     mask = [False] * len(ids)
 
     def add(part: list[int], trained: bool) -> None:
@@ -81,44 +80,23 @@ def pretrain_tool(
     log=print,
 ) -> dict:
     """SFT from ``base`` and write the checkpoint; returns its meta (greedy held-out accuracy)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
+        t0 = time.time()
         torch.manual_seed(seed)
         weights, model_cfg, base_meta = load_checkpoint(base)
         actor = Actor(model_cfg, seed=seed)
         actor.load_weights(weights)
-        opt = torch.optim.AdamW(actor.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-        sched = torch.optim.lr_scheduler.OneCycleLR(
-            opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.1
-        )
         problems = make_tool_problems(steps * batch_size, seed=seed, cfg=ToolConfig())
         teacher = random.Random(f"tool-teacher:{seed}")
-        t0 = time.time()
-        for step in range(steps):
-            demos = [
+        batches = (
+            [
                 demonstration(p, flawed=teacher.random() < teacher_error_rate, tok=tok)
                 for p in problems[step * batch_size : (step + 1) * batch_size]
             ]
-            ids, valid = left_pad([d[0] for d in demos], tok.pad_id)  # [B, T]
-            masks, _ = left_pad([[int(m) for m in d[1]] for d in demos], 0)
-            trained = masks[:, 1:].bool()  # [B, T-1] targets that are action tokens
-            logits = actor.logits(ids, valid)[:, :-1]  # [B, T-1, V]
-            nll = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-            ).view_as(trained)
-            loss = (nll * trained).sum() / trained.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(actor.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            if step % 100 == 0 or step == steps - 1:
-                log(
-                    f"pretrain tool step {step:4d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)"
-                )
-        engine = RolloutEngine(model_cfg)
-        engine.load_weights(actor_to_rollout(actor.named_weights(), model_cfg), version=0)
+            for step in range(steps)
+        )
+        sft(actor, batches, steps=steps, lr=lr, pad_id=tok.pad_id, log=log, label="pretrain tool")
+        engine = rollout_engine(actor, model_cfg)
         acc = greedy_accuracy(
             engine,
             ToolSource(ToolConfig(), tok).eval_set(eval_size),
@@ -141,5 +119,3 @@ def pretrain_tool(
         sha = save_checkpoint(out_dir, actor.named_weights(), model_cfg, meta)
         log(f"pretrain tool: greedy held-out accuracy {acc:.3f}; wrote {out_dir} ({sha[:12]})")
         return {**meta, "weights_sha256": sha, "seconds": time.time() - t0}
-    finally:
-        torch.set_num_threads(threads)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from core.model.checkpoint import load_checkpoint
 from core.rollout.executor import start_workers
@@ -46,8 +47,9 @@ def orchestrator(
         )
         for i in range(workers)
     ]
+    wake = threading.Event()  # the workers wake the orchestrator when they have outputs
     orch = Orchestrator(
-        start_workers(executor, specs),
+        start_workers(executor, specs, notify=wake.set),
         source,
         tok=tok,
         ids=IdCounter(),
@@ -59,6 +61,7 @@ def orchestrator(
         env_threads=8,
         history=history,
         seed=seed,
+        wake=wake,
     )
     orch.publish(payload, 0)
     return orch, cfg, payload
