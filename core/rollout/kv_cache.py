@@ -52,6 +52,8 @@ class SessionKVCache:
         self.owner, self.on_switch, self.capacity = owner, on_switch, capacity
         self._entries: OrderedDict[int, KVEntry] = OrderedDict()
         self.stats = {"hits": 0, "misses": 0, "reused_tokens": 0, "invalidated": 0, "evicted": 0}
+        self.nbytes = 0
+        """Bytes of the keys/values held now (what the worker reports to the memory ledger)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -75,16 +77,17 @@ class SessionKVCache:
     def store(self, entry: KVEntry) -> None:
         if entry.owner != self.owner:
             raise ValueError(f"worker {self.owner} cannot hold a KV entry owned by {entry.owner}")
+        self._drop(entry.session_id)
         self._entries[entry.session_id] = entry
-        self._entries.move_to_end(entry.session_id)
+        self.nbytes += _entry_bytes(entry)
         while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+            self._drop(next(iter(self._entries)))
             self.stats["evicted"] += 1
 
     def release(self, session_ids) -> None:
         """Forget finished sessions."""
         for sid in session_ids:
-            self._entries.pop(sid, None)
+            self._drop(sid)
 
     def switched(self, version: int) -> int:
         """A weight switch to ``version`` went live: invalidate (or keep) the entries; returns how
@@ -93,5 +96,15 @@ class SessionKVCache:
             return 0
         n = len(self._entries)
         self._entries.clear()
+        self.nbytes = 0
         self.stats["invalidated"] += n
         return n
+
+    def _drop(self, session_id: int) -> None:
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            self.nbytes -= _entry_bytes(entry)
+
+
+def _entry_bytes(entry: KVEntry) -> int:
+    return sum(t.nbytes for t in (*entry.keys, *entry.values)) + entry.slot_version.nbytes

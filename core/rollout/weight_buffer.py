@@ -59,6 +59,19 @@ class DoubleBufferedWeights:
         with self._lock:
             return None if self._back is None else self._back[1]
 
+    @property
+    def live(self) -> tuple[int, int] | None:
+        """(version, bytes) of the live front buffer (the engine's weights), if any."""
+        with self._lock:
+            weights, version = self.engine.weights, self.engine.policy_version
+        return (version, weight_bytes(weights)) if weights else None
+
+    @property
+    def staged(self) -> tuple[int, int] | None:
+        """(version, bytes) of the staged back buffer, if any."""
+        with self._lock:
+            return None if self._back is None else (self._back[1], weight_bytes(self._back[0]))
+
     def switch_point(self) -> SwitchEvent | None:
         """Called by the decoding thread between forwards: make the staged version live."""
         with self._lock:
@@ -69,3 +82,13 @@ class DoubleBufferedWeights:
             self.engine.weights = weights
             self.engine.policy_version = version
         return SwitchEvent(self.worker, version, staged_at, time.time(), checksum)
+
+
+def weight_bytes(weights: dict) -> int:
+    """Bytes of the distinct tensor storages among ``weights``' values (a shared one counts once)."""
+    seen: dict[int, int] = {}
+    for v in weights.values():
+        if isinstance(v, torch.Tensor):
+            storage = v.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())

@@ -105,7 +105,23 @@ class RolloutWorker:
             "live_version": self.engine.policy_version,
             "kv": dict(self.kv.stats),
             "error": self.error,
+            "memory": self.memory(),
         }
+
+    def memory(self) -> dict[str, tuple[str, int]]:
+        """The replica's memory now, ``name -> (ledger category, bytes)``: the live weights
+        (``weights/v<version>``), a staged back buffer (``staged/v<version>``) and the session KV
+        cache (``kv_cache``) — what the trainer's memory ledger records under this worker."""
+        out = {}
+        live = self.weights.live
+        if live is not None:
+            out[f"weights/v{live[0]}"] = ("model_state", live[1])
+        staged = self.weights.staged
+        if staged is not None:
+            out[f"staged/v{staged[0]}"] = ("communication_buffers", staged[1])
+        if self.kv.nbytes:
+            out["kv_cache"] = ("saved_activations", self.kv.nbytes)
+        return out
 
     def stop(self) -> None:
         self._stop.set()

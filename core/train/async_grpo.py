@@ -35,6 +35,7 @@ from core.train.agent_records import sync_rows, turn_rows
 from core.train.evaluate import evaluate
 from core.train.grpo import _skip_reason, policy_term, record_step, score, trust
 from core.train.metrics import step_metrics
+from core.train.replica_memory import ReplicaMemory
 from core.train.session import Session
 from core.train.update import optimizer_step
 
@@ -80,6 +81,8 @@ class AsyncRollout:
         self.sync_of_version: dict[int, tuple[int, int, str]] = {}
         self.rows: list[tuple] = []
         self.busy = {h.worker_id: 0.0 for h in handles}
+        self.replicas = ReplicaMemory(s.memory.ledger)
+        self.local = {h.worker_id: getattr(h, "in_process", False) for h in handles}
         self.t_busy = time.perf_counter()
         self.push(s)  # the base weights (version 0, synced by the session)
         self.orch.start()
@@ -126,9 +129,15 @@ class AsyncRollout:
             )
         return len(events)
 
-    def busy_fraction(self) -> float:
+    def worker_stats(self) -> list[dict]:
+        """Every worker's stats; their engine replicas go into the memory ledger."""
+        stats = self.orch.worker_stats()
+        self.replicas.update(stats, local=self.local)
+        return stats
+
+    def busy_fraction(self, stats: list[dict]) -> float:
         now, total = time.perf_counter(), []
-        for st in self.orch.worker_stats():
+        for st in stats:
             total.append(st["busy_s"] - self.busy[st["worker"]])
             self.busy[st["worker"]] = st["busy_s"]
         wall, self.t_busy = now - self.t_busy, now
@@ -136,6 +145,7 @@ class AsyncRollout:
 
     def stop(self) -> None:
         self.orch.stop()
+        self.replicas.release()
 
 
 def async_train_step(s: Session, ar: AsyncRollout, step: int) -> dict:
@@ -146,6 +156,7 @@ def async_train_step(s: Session, ar: AsyncRollout, step: int) -> dict:
     batch = groups_to_batch(taken.groups, taken.dropped, tok=s.tok, group_size=alg.group_size)
     traj = batch.traj
     s.memory.rollout_done(traj)
+    worker_stats = ar.worker_stats()
     t_rollout = time.perf_counter() - t0
     v_train = s.version
     staleness = traj.staleness(v_train)  # [B]
@@ -192,7 +203,7 @@ def async_train_step(s: Session, ar: AsyncRollout, step: int) -> dict:
         peak_memory_bytes=s.peak_memory(step),
         queue_depth=taken.queue_depth,
         in_flight=taken.in_flight,
-        worker_busy_fraction=ar.busy_fraction(),
+        worker_busy_fraction=ar.busy_fraction(worker_stats),
         rollout_wait_s=taken.wait_s,
         n_env_failures=batch.n_env_failures,
         n_refilled=batch.n_refilled,
