@@ -22,7 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Protocol
 
-from core.rollout.worker import RolloutWorker, WorkerSpec
+from core.rollout.worker import RolloutWorker, WorkerSpec, drain_queue
 
 EXECUTORS = ("threads", "processes", "ray")
 LONG_POLL_S = 0.5
@@ -111,12 +111,7 @@ class _RemoteHandle(ABC):
         return self._call("stats")
 
     def drain(self):
-        out = []
-        while True:
-            try:
-                out.append(self._outputs.get_nowait())
-            except queue.Empty:
-                return out
+        return drain_queue(self._outputs)
 
     def _join_poller(self) -> None:
         self._poller.join(timeout=2 * LONG_POLL_S + 30)

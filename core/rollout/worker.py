@@ -44,6 +44,20 @@ class WorkerSpec:
     """Intra-op threads of the worker's engine (1: workers run side by side)."""
 
 
+def drain_queue(q: queue.Queue, timeout: float = 0.0) -> list:
+    """Everything in ``q`` now, waiting up to ``timeout`` s for a first item (0: no wait)."""
+    out = []
+    try:
+        out.append(q.get(timeout=timeout) if timeout > 0 else q.get_nowait())
+    except queue.Empty:
+        return out
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
+
+
 class RolloutWorker:
     """An engine replica with a request queue, an output queue and a decode loop."""
 
@@ -85,18 +99,7 @@ class RolloutWorker:
     def drain(self, timeout: float = 0.0) -> list:
         """Outputs and switch events produced since the last call (waits up to ``timeout`` for
         the first one)."""
-        out = []
-        try:
-            out.append(
-                self._outbox.get(timeout=timeout) if timeout > 0 else self._outbox.get_nowait()
-            )
-        except queue.Empty:
-            return out
-        while True:
-            try:
-                out.append(self._outbox.get_nowait())
-            except queue.Empty:
-                return out
+        return drain_queue(self._outbox, timeout)
 
     def stats(self) -> dict:
         return {

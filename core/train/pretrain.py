@@ -21,13 +21,12 @@ import torch
 
 from core.envs.arithmetic import ArithmeticSource
 from core.model.actor import Actor
-from core.model.checkpoint import save_checkpoint
 from core.model.config import ModelConfig
 from core.tasks.arithmetic import ArithmeticConfig, sft_corpus
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate import greedy_accuracy
-from core.train.sft import Demo, one_thread, rollout_engine, sft
+from core.train.sft import Demo, one_thread, rollout_engine, sft, write_checkpoint
 
 TEACHER_ERROR_RATE = 0.7
 """Fraction of SFT demonstrations written by the flawed (no carry / no borrow) teacher."""
@@ -78,9 +77,7 @@ def pretrain(
             "chat_template_rev": CHAT_TEMPLATE_REV,
             "greedy_eval_accuracy": acc,
         }
-        sha = save_checkpoint(out_dir, actor.named_weights(), model_cfg, meta)
-        log(f"pretrain: greedy held-out accuracy {acc:.3f}; wrote {out_dir} (sha256 {sha[:12]})")
-        return {**meta, "weights_sha256": sha, "seconds": time.time() - t0}
+        return write_checkpoint(out_dir, actor, model_cfg, meta, t0=t0, log=log)
 
 
 def _demonstration(question: str, answer: str, *, tok: Tokenizer) -> Demo:

@@ -20,14 +20,13 @@ import torch
 from core.envs.longhorizon import LongHorizonConfig, LongHorizonSource
 from core.envs.longhorizon_teacher import TeacherEngine
 from core.model.actor import Actor
-from core.model.checkpoint import save_checkpoint
 from core.model.config import ModelConfig
 from core.rollout.compaction import CompactionConfig, collect_compacted, counter_ids
 from core.rollout.sampling import SamplingParams
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate_compaction import compaction_accuracy
-from core.train.sft import one_thread, rollout_engine, sft
+from core.train.sft import one_thread, rollout_engine, sft, write_checkpoint
 
 LONGHORIZON_MODEL = Path(__file__).resolve().parent.parent / "assets" / "longhorizon_model"
 FLAW_RATE = 0.6
@@ -129,8 +128,6 @@ def _pretrain(out_dir, *, tok, steps, batch_size, lr, seed, eval_size, log) -> d
         "greedy_eval_accuracy": acc["accuracy"],
         "compactions_per_episode": acc["compactions_per_episode"],
     }
-    sha = save_checkpoint(out_dir, actor.named_weights(), MODEL, meta)
-    log(
-        f"pretrain-longhorizon: greedy held-out success {acc['accuracy']:.3f}; wrote {out_dir} ({sha[:12]})"
+    return write_checkpoint(
+        out_dir, actor, MODEL, meta, t0=t0, log=log, label="pretrain-longhorizon"
     )
-    return {**meta, "weights_sha256": sha, "seconds": time.time() - t0}

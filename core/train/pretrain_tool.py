@@ -28,12 +28,12 @@ from core.envs.tool_protocol import (
     render_call,
 )
 from core.model.actor import Actor
-from core.model.checkpoint import load_checkpoint, save_checkpoint
+from core.model.checkpoint import load_checkpoint
 from core.tasks.arithmetic import flawed_answer
 from core.tokenizer.chat_template import encode_prompt
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.evaluate import greedy_accuracy
-from core.train.sft import Demo, one_thread, rollout_engine, sft
+from core.train.sft import Demo, one_thread, rollout_engine, sft, write_checkpoint
 
 TOOL_TEACHER_ERROR_RATE = 0.6
 """Fraction of demonstrations whose outer operation is answered from memory (with the bug)."""
@@ -116,6 +116,6 @@ def pretrain_tool(
             "chat_template_rev": TOOL_TEMPLATE_REV,
             "greedy_eval_accuracy": acc,
         }
-        sha = save_checkpoint(out_dir, actor.named_weights(), model_cfg, meta)
-        log(f"pretrain tool: greedy held-out accuracy {acc:.3f}; wrote {out_dir} ({sha[:12]})")
-        return {**meta, "weights_sha256": sha, "seconds": time.time() - t0}
+        return write_checkpoint(
+            out_dir, actor, model_cfg, meta, t0=t0, log=log, label="pretrain tool"
+        )

@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import torch
 
 from core.model.actor import Actor
+from core.model.checkpoint import save_checkpoint
 from core.model.config import ModelConfig
 from core.rollout.engine import RolloutEngine, left_pad
 from core.sync.convert import actor_to_rollout
@@ -79,3 +81,21 @@ def rollout_engine(actor: Actor, model_cfg: ModelConfig) -> RolloutEngine:
     engine = RolloutEngine(model_cfg)
     engine.load_weights(actor_to_rollout(actor.named_weights(), model_cfg), version=0)
     return engine
+
+
+def write_checkpoint(
+    out_dir: str | Path,
+    actor: Actor,
+    model_cfg: ModelConfig,
+    meta: dict,
+    *,
+    t0: float,
+    log=print,
+    label: str = "pretrain",
+) -> dict:
+    """Save ``actor`` with ``meta`` (its ``greedy_eval_accuracy`` logged); returns ``meta`` with
+    the weights' sha256 and the seconds since ``t0``."""
+    sha = save_checkpoint(out_dir, actor.named_weights(), model_cfg, meta)
+    acc = meta["greedy_eval_accuracy"]
+    log(f"{label}: greedy held-out accuracy {acc:.3f}; wrote {out_dir} (sha256 {sha[:12]})")
+    return {**meta, "weights_sha256": sha, "seconds": time.time() - t0}
