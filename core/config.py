@@ -154,4 +154,19 @@ def config_from_dict(raw: dict, overrides: list[str] | tuple = ()) -> RunConfig:
         raise ConfigError(
             f"unknown config section(s) {sorted(unknown)}; allowed: {', '.join(SECTIONS)}"
         )
-    return RunConfig(**{s: build_section(s, raw.get(s, {})) for s in SECTIONS})
+    cfg = RunConfig(**{s: build_section(s, raw.get(s, {})) for s in SECTIONS})
+    _check_async_liveness(cfg)
+    return cfg
+
+
+def _check_async_liveness(cfg: RunConfig) -> None:
+    """An async run with τ < K − 1 stalls for good: workers hold the last synced version v, so once
+    the trainer reaches v + τ + 1 < v + K every sample is stale, no update lands and the sync at
+    v + K never comes."""
+    tau, k = cfg.algorithm.staleness_limit, cfg.rollout.sync_every
+    if cfg.rollout.mode == "async" and tau < k - 1:
+        raise ConfigError(
+            f"algorithm.staleness_limit={tau} must be >= rollout.sync_every - 1 = {k - 1} in an "
+            "async run: with a smaller τ every sample is stale before the next weight sync and "
+            "training stalls"
+        )

@@ -56,3 +56,19 @@ def test_cli_config_typo_exits_2(capsys):
     rc = main(["train", "--telemetry", "none", "--set", "algorithm.icepop_beta=1", "--steps", "1"])
     assert rc == 2
     assert "algorithm.icepop_beta" in capsys.readouterr().err
+
+
+def test_async_staleness_limit_below_the_sync_period_is_rejected():
+    # workers hold version v until the sync at v + 8; with τ = 4 every sample is stale from
+    # v + 5 on, no update lands and that sync never comes
+    with pytest.raises(
+        ConfigError, match=r"staleness_limit=4 must be >= rollout.sync_every - 1 = 7"
+    ):
+        load_config(
+            None, ['rollout.mode="async"', "rollout.sync_every=8", "algorithm.staleness_limit=4"]
+        )
+    load_config(
+        None, ['rollout.mode="async"', "rollout.sync_every=8", "algorithm.staleness_limit=7"]
+    )
+    # the synchronous loop skips such steps (tests/core/train/test_stale_skip.py)
+    load_config(None, ["rollout.sync_every=2", "algorithm.staleness_limit=0"])
