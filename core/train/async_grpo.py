@@ -135,7 +135,10 @@ class AsyncRollout:
         self.replicas.update(stats, local=self.local)
         return stats
 
-    def busy_fraction(self, stats: list[dict]) -> float:
+    def busy_fraction(self, stats: list[dict] | None = None) -> float:
+        """Mean busy fraction of the workers since the last call, from their ``stats`` (None:
+        fetched now, see ``worker_stats``)."""
+        stats = self.worker_stats() if stats is None else stats
         now, total = time.perf_counter(), []
         for st in stats:
             total.append(st["busy_s"] - self.busy[st["worker"]])
@@ -156,8 +159,8 @@ def async_train_step(s: Session, ar: AsyncRollout, step: int) -> dict:
     batch = groups_to_batch(taken.groups, taken.dropped, tok=s.tok, group_size=alg.group_size)
     traj = batch.traj
     s.memory.rollout_done(traj)
-    worker_stats = ar.worker_stats()
     t_rollout = time.perf_counter() - t0
+    worker_stats = ar.worker_stats()
     v_train = s.version
     staleness = traj.staleness(v_train)  # [B]
     live = torch.tensor([st in ("trained", "truncated") for st in traj.status])
