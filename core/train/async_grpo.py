@@ -34,6 +34,7 @@ from core.sync.weight_sync import payload_checksum
 from core.train.agent_records import sync_rows, turn_rows
 from core.train.evaluate import evaluate
 from core.train.grpo import _skip_reason, policy_term, record_step, score, trust
+from core.train.loop import run_steps
 from core.train.metrics import step_metrics
 from core.train.replica_memory import ReplicaMemory
 from core.train.session import Session
@@ -243,22 +244,19 @@ def reset_optimizer(optimizer: torch.optim.Optimizer) -> None:
 
 def run_async(s: Session, *, steps: int, progress=None) -> dict:
     """Train ``steps`` async GRPO steps; returns the summary (first/last eval, per-step metrics)."""
+    return run_with_workers(s, async_train_step, steps=steps, progress=progress)
+
+
+def run_with_workers(s: Session, step_fn, *, steps: int, progress=None) -> dict:
+    """``core.train.loop.run_steps`` over ``step_fn(session, async_rollout, step)``: the workers
+    start after the first evaluation and stop before the last."""
     first = evaluate(s, 0)
     ar = AsyncRollout(s)
-    history = []
-    try:
-        for step in range(steps):
-            t0 = time.perf_counter()
-            m = async_train_step(s, ar, step)
-            m["wall_step_s"] = time.perf_counter() - t0
-            history.append(m)
-            if progress is not None:
-                progress(m)
-            every = s.cfg.train.eval_every
-            if every and (step + 1) % every == 0 and step + 1 < steps:
-                evaluate(s, step + 1)
-    finally:
-        ar.stop()
-    last = evaluate(s, steps) if steps else first
-    s.memory.finish()
-    return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}
+    return run_steps(
+        s,
+        lambda s, step: step_fn(s, ar, step),
+        steps=steps,
+        progress=progress,
+        first=first,
+        stop=ar.stop,
+    )

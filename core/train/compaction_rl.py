@@ -21,6 +21,7 @@ import numpy as np
 from core.rollout.compaction import CompactionEvent, collect_compacted
 from core.train.critic_step import critic_rl_step
 from core.train.evaluate_compaction import evaluate_compaction
+from core.train.loop import run_steps
 from core.train.session import Session
 
 
@@ -75,18 +76,6 @@ def compaction_rows(events: list[CompactionEvent], *, step: int) -> dict:
 
 def run_compaction(s: Session, *, steps: int, progress=None) -> dict:
     """Train ``steps`` CompactionRL steps; returns the summary (first/last eval, metrics)."""
-    first = evaluate_compaction(s, 0)
-    history = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        m = compaction_step(s, step)
-        m["wall_step_s"] = time.perf_counter() - t0
-        history.append(m)
-        if progress is not None:
-            progress(m)
-        every = s.cfg.train.eval_every
-        if every and (step + 1) % every == 0 and step + 1 < steps:
-            evaluate_compaction(s, step + 1)
-    last = evaluate_compaction(s, steps) if steps else first
-    s.memory.finish()
-    return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}
+    return run_steps(
+        s, compaction_step, steps=steps, progress=progress, evaluate_fn=evaluate_compaction
+    )

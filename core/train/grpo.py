@@ -23,7 +23,7 @@ from core.algorithms.policy_loss import policy_loss
 from core.algorithms.trust import REASON, trust_mask
 from core.rollout.collect import collect
 from core.rollout.trajectories import Trajectories
-from core.train.evaluate import evaluate
+from core.train.loop import run_steps
 from core.train.metrics import step_metrics
 from core.train.records import step_records
 from core.train.score import actor_forward, old_logp_pass, trainer_inputs
@@ -184,18 +184,4 @@ def _skip_reason(traj: Trajectories) -> str:
 
 def run_grpo(s: Session, *, steps: int, progress=None) -> dict:
     """Train ``steps`` GRPO steps; returns the summary (first/last eval, per-step metrics)."""
-    first = evaluate(s, 0)
-    history = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        m = train_step(s, step)
-        m["wall_step_s"] = time.perf_counter() - t0  # includes telemetry emission
-        history.append(m)
-        if progress is not None:
-            progress(m)
-        every = s.cfg.train.eval_every
-        if every and (step + 1) % every == 0 and step + 1 < steps:
-            evaluate(s, step + 1)
-    last = evaluate(s, steps) if steps else first
-    s.memory.finish()  # last memory events; raises if a non-persistent object was never freed
-    return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}
+    return run_steps(s, train_step, steps=steps, progress=progress)

@@ -20,10 +20,10 @@ import time
 
 from core.rollout.group_batch import groups_to_batch
 from core.train.agent_records import sync_rows, turn_rows
-from core.train.async_grpo import AsyncRollout
+from core.train.async_grpo import AsyncRollout, run_with_workers
 from core.train.critic_step import critic_rl_step, critic_update
-from core.train.evaluate import evaluate
 from core.train.grpo import collect_step, record_step
+from core.train.loop import run_steps
 from core.train.session import Session
 
 
@@ -66,23 +66,6 @@ def async_sao_step(s: Session, ar: AsyncRollout, step: int) -> dict:
 
 def run_sao(s: Session, *, steps: int, progress=None) -> dict:
     """Train ``steps`` SAO steps; returns the summary (first/last eval, per-step metrics)."""
-    first = evaluate(s, 0)
-    ar = AsyncRollout(s) if s.cfg.rollout.mode == "async" else None
-    history = []
-    try:
-        for step in range(steps):
-            t0 = time.perf_counter()
-            m = sao_step(s, step) if ar is None else async_sao_step(s, ar, step)
-            m["wall_step_s"] = time.perf_counter() - t0
-            history.append(m)
-            if progress is not None:
-                progress(m)
-            every = s.cfg.train.eval_every
-            if every and (step + 1) % every == 0 and step + 1 < steps:
-                evaluate(s, step + 1)
-    finally:
-        if ar is not None:
-            ar.stop()
-    last = evaluate(s, steps) if steps else first
-    s.memory.finish()
-    return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}
+    if s.cfg.rollout.mode == "async":
+        return run_with_workers(s, async_sao_step, steps=steps, progress=progress)
+    return run_steps(s, sao_step, steps=steps, progress=progress)
