@@ -3,6 +3,7 @@ teacher gap, and the decoded tokens with prompt and observation tokens dimmed.""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboards import charts, queries, ui
@@ -12,6 +13,11 @@ from dashboards.tokentext import RunTokenizer, decode_each, run_tokenizer, token
 @st.cache_resource(show_spinner=False)
 def tokenizer(run_dir: str, tokenizer_rev: str | None) -> RunTokenizer:
     return run_tokenizer(run_dir, tokenizer_rev)
+
+
+def _number(value, spec: str = ".3f") -> str:
+    """``value`` formatted, or "–" when the run does not record it (null / NaN: an import)."""
+    return "–" if pd.isna(value) else format(float(value), spec)
 
 
 def body(runs) -> None:
@@ -29,17 +35,15 @@ def body(runs) -> None:
         ui.no_data(f"samples at step {step}")
         return
     labels = {
-        int(r.sample_id): f"sample {r.sample_id} · group {r.group_id} · reward {r.reward:.2f}"
+        int(r.sample_id): f"sample {r.sample_id} · group {r.group_id} · reward {_number(r.reward)}"
         for r in samples.itertuples()
     }
     sample_id = st.selectbox("sample", list(labels), format_func=labels.get, key="tv_sample")
     row = samples[samples["sample_id"] == sample_id].iloc[0]
     cols = st.columns(4)
-    cols[0].metric("reward", f"{row['reward']:.3f}")
-    cols[1].metric("advantage", f"{row['advantage']:.3f}")
-    cols[2].metric(
-        "staleness", int(row["staleness"]) if row["staleness"] == row["staleness"] else "–"
-    )
+    cols[0].metric("reward", _number(row["reward"]))
+    cols[1].metric("advantage", _number(row["advantage"]))
+    cols[2].metric("staleness", _number(row["staleness"], ".0f"))
     cols[3].metric("status", str(row["status"]))
     tokens = handle.query(queries.sample_tokens, step=step, sample_id=sample_id)
     if tokens.empty:
