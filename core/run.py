@@ -42,12 +42,18 @@ def open_telemetry(
     chat_template_rev: str,
     vocab_size: int,
 ):
-    """``none`` → ``NullTelemetry``; ``duckdb`` → the Parquet-parts store of ``observability``."""
+    """``none`` → ``NullTelemetry``; ``duckdb`` → the Parquet-parts store of ``observability``;
+    ``duckdb,tensorboard`` → the store, its ``steps`` rows also written as TensorBoard scalars to
+    ``RUN_DIR/tensorboard/`` (``observability.mirror``; the store stays the source of truth)."""
+    kinds = kind.split(",")
     if kind == "none":
         return NullTelemetry(run_id=run_dir.name, run_dir=str(run_dir))
-    if kind != "duckdb":
-        raise ValueError(f"--telemetry {kind!r} not in ['duckdb', 'none']")
     from observability import DuckDBTelemetry
+    from observability.mirror import MIRRORS, Mirrored, open_mirror
+
+    if kinds[0] != "duckdb" or any(k not in MIRRORS for k in kinds[1:]):
+        valid = ["duckdb", "none", *(f"duckdb,{m}" for m in MIRRORS)]
+        raise ValueError(f"--telemetry {kind!r} not in {valid}")
 
     a = cfg.algorithm
     info = {
@@ -63,7 +69,10 @@ def open_telemetry(
         "dis_eps_high": a.eps_high if a.trust_rule == "dis" else None,
         "staleness_limit": a.staleness_limit,
     }
-    return DuckDBTelemetry(run_dir, run_id=run_dir.name, run_info=info, config=cfg.telemetry)
+    # mirrors first: a missing package fails before the store exists
+    mirrors = [open_mirror(k, run_dir) for k in kinds[1:]]
+    sink = DuckDBTelemetry(run_dir, run_id=run_dir.name, run_info=info, config=cfg.telemetry)
+    return Mirrored(sink, mirrors) if mirrors else sink
 
 
 def write_resolved_config(run_dir: Path, cfg: RunConfig) -> None:

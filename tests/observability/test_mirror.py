@@ -1,0 +1,106 @@
+"""``--telemetry duckdb,tensorboard``: the step rows of a real short run, read back from the
+TensorBoard event file with tensorboard's own event reader, equal the DuckDB store's; the tee
+(``observability.mirror``) alone; a failing mirror never stops the store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from observability import DuckDBTelemetry, open_run
+from observability.mirror import Mirrored, TensorBoardMirror, open_mirror, step_scalars
+from tests.conftest import TINY
+
+
+def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_step_scalars_keeps_finite_numbers_per_row():
+    rows = step_scalars(
+        {
+            "step": [3, 4],
+            "rank": 0,
+            "loss": np.array([0.5, np.nan]),
+            "lr": 1e-3,
+            "skip_reason": [None, "nothing trusted"],
+            "n_tokens": np.ma.masked_array([10, 12], mask=[0, 1]),
+        }
+    )
+    assert rows == [(3, {"loss": 0.5, "lr": 1e-3, "n_tokens": 10.0}), (4, {"lr": 1e-3})]
+
+
+def test_tee_writes_the_store_and_the_event_file(tmp_path):
+    sink = Mirrored(DuckDBTelemetry(tmp_path / "run"), [TensorBoardMirror(tmp_path / "run")])
+    for step in range(3):
+        sink.emit("steps", {"step": step, "policy_version": step + 1, "loss": 0.25 * step})
+        sink.step_end(step)
+    sink.close()
+    got = read_scalars(tmp_path / "run" / "tensorboard")
+    assert got["steps/loss"] == [(0, 0.0), (1, 0.25), (2, 0.5)]
+    assert got["steps/policy_version"] == [(0, 1.0), (1, 2.0), (2, 3.0)]
+    con = open_run(tmp_path / "run")
+    assert con.execute("SELECT list(loss ORDER BY step) FROM steps").fetchone() == ([0, 0.25, 0.5],)
+    with pytest.raises(ValueError, match=r"telemetry mirror 'mlflow' not in \['tensorboard'\]"):
+        open_mirror("mlflow", tmp_path)
+
+
+def test_a_failing_mirror_is_reported_and_never_stops_the_store(tmp_path):
+    class Broken:
+        def scalars(self, step, values):
+            raise OSError("disk full")
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    sink = Mirrored(DuckDBTelemetry(tmp_path / "run"), [Broken()])
+    sink.emit("steps", {"step": 0, "policy_version": 1, "loss": 1.0})
+    sink.step_end(0)
+    with pytest.warns(UserWarning, match="disk full"):
+        sink.close()
+    assert open_run(tmp_path / "run").execute("SELECT count(*) FROM steps").fetchone() == (1,)
+
+
+@pytest.mark.slow
+def test_a_short_run_mirrors_its_step_rollups(tmp_path):
+    from core.config import load_config
+    from core.train.driver import run_training
+
+    cfg = load_config(None, [*TINY, "train.steps=2"])
+    run, _ = run_training(cfg, runs_root=tmp_path, telemetry="duckdb,tensorboard", progress=False)
+    got = read_scalars(run / "tensorboard")
+    con = open_run(run)
+    rows = con.execute(
+        "SELECT step, loss, mismatch_abs_mean, reward_mean, masked_fraction FROM steps ORDER BY step"
+    ).fetchall()
+    assert len(rows) == 2
+    for name, i in (
+        ("loss", 1),
+        ("mismatch_abs_mean", 2),
+        ("reward_mean", 3),
+        ("masked_fraction", 4),
+    ):
+        want = [(r[0], r[i]) for r in rows]
+        assert [s for s, _ in got[f"steps/{name}"]] == [s for s, _ in want]
+        np.testing.assert_allclose(
+            [v for _, v in got[f"steps/{name}"]], [v for _, v in want], rtol=1e-6
+        )
+
+
+def test_open_telemetry_refuses_unknown_kinds(tmp_path):
+    from core.config import load_config
+    from core.run import open_telemetry
+
+    cfg = load_config(None, list(TINY))
+    for kind in ("duckdb,wandb", "tensorboard", "duckdb,"):
+        with pytest.raises(ValueError, match=r"not in \['duckdb', 'none', 'duckdb,tensorboard'\]"):
+            open_telemetry(
+                kind, tmp_path, cfg, tokenizer_rev="r", chat_template_rev="c", vocab_size=9
+            )
+    assert not (tmp_path / "telemetry").exists()  # refused before the store was opened
