@@ -22,12 +22,15 @@ def quiet() -> None:
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` options (also the ``demo`` command's training part)."""
+    from core.run import telemetry_choices
+
     p.add_argument("--config", default=None, help="TOML config (default configs/grpo_tiny.toml)")
     p.add_argument(
         "--telemetry",
         default="duckdb",
-        choices=["duckdb", "none", "duckdb,tensorboard"],
-        help="duckdb: the store; duckdb,tensorboard: also the step rollups as TensorBoard scalars",
+        choices=telemetry_choices(),
+        help="duckdb: the store; duckdb,tensorboard / duckdb,wandb (or both): also the step "
+        "rollups as TensorBoard scalars / an offline W&B run",
     )
     p.add_argument("--run-dir", default="runs", help="runs root: each run gets RUNS/<run_id>/")
     p.add_argument("--steps", type=int, default=None, help="override train.steps")

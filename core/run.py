@@ -43,17 +43,15 @@ def open_telemetry(
     vocab_size: int,
 ):
     """``none`` → ``NullTelemetry``; ``duckdb`` → the Parquet-parts store of ``observability``;
-    ``duckdb,tensorboard`` → the store, its ``steps`` rows also written as TensorBoard scalars to
-    ``RUN_DIR/tensorboard/`` (``observability.mirror``; the store stays the source of truth)."""
-    kinds = kind.split(",")
+    ``duckdb,tensorboard`` / ``duckdb,wandb`` (or both) → the store, its ``steps`` rows also
+    written as TensorBoard scalars to ``RUN_DIR/tensorboard/`` / an offline W&B run in
+    ``RUN_DIR/wandb/`` (``observability.mirror``; the store stays the source of truth)."""
     if kind == "none":
         return NullTelemetry(run_id=run_dir.name, run_dir=str(run_dir))
     from observability import DuckDBTelemetry
-    from observability.mirror import MIRRORS, Mirrored, open_mirror
+    from observability.mirror import Mirrored, open_mirror
 
-    if kinds[0] != "duckdb" or any(k not in MIRRORS for k in kinds[1:]):
-        valid = ["duckdb", "none", *(f"duckdb,{m}" for m in MIRRORS)]
-        raise ValueError(f"--telemetry {kind!r} not in {valid}")
+    kinds = check_telemetry(kind)
 
     a = cfg.algorithm
     info = {
@@ -70,9 +68,37 @@ def open_telemetry(
         "staleness_limit": a.staleness_limit,
     }
     # mirrors first: a missing package fails before the store exists
-    mirrors = [open_mirror(k, run_dir) for k in kinds[1:]]
+    mirrors = [open_mirror(k, run_dir, run_info=info) for k in kinds[1:]]
     sink = DuckDBTelemetry(run_dir, run_id=run_dir.name, run_info=info, config=cfg.telemetry)
     return Mirrored(sink, mirrors) if mirrors else sink
+
+
+def telemetry_choices() -> list[str]:
+    """What ``--telemetry`` accepts: ``none``, ``duckdb``, and ``duckdb`` followed by mirrors."""
+    from itertools import combinations
+
+    from observability.mirror import MIRRORS
+
+    mirrors = [",".join(c) for n in range(1, len(MIRRORS) + 1) for c in combinations(MIRRORS, n)]
+    return ["duckdb", "none", *(f"duckdb,{m}" for m in mirrors)]
+
+
+def check_telemetry(kind: str) -> list[str]:
+    """``kind`` split at commas; ValueError naming ``--telemetry`` on an unknown kind or a mirror
+    whose package is not installed (before anything of the run is written)."""
+    from observability.mirror import check_mirror
+
+    if kind not in telemetry_choices():
+        raise ValueError(f"--telemetry {kind!r} not in {telemetry_choices()}")
+    kinds = kind.split(",")
+    for mirror in kinds[1:]:
+        check_mirror(mirror)
+    return kinds
+
+
+def is_store(kind: str) -> bool:
+    """Whether ``--telemetry kind`` writes the DuckDB store (``duckdb`` with or without mirrors)."""
+    return kind.split(",")[0] == "duckdb"
 
 
 def write_resolved_config(run_dir: Path, cfg: RunConfig) -> None:

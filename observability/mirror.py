@@ -4,13 +4,16 @@
 stays the source of truth, and its validation decides what a run holds); each ``steps`` row is
 also handed to every mirror as scalars tagged ``steps/<column>`` at the row's step.
 ``TensorBoardMirror`` writes them with the ``tensorboard`` package's event-file writer into
-``RUN_DIR/tensorboard/``. Simplifications: only numeric ``steps`` columns are mirrored (nulls,
-NaN, strings and times are skipped); a mirror that fails is reported by ``close`` and never stops
-the store. W&B is not mirrored.
+``RUN_DIR/tensorboard/``. ``WandbMirror`` logs them to an offline W&B run in ``RUN_DIR/wandb/``
+(``wandb sync`` uploads it later; nothing is sent while training). Simplifications: only numeric
+``steps`` columns are mirrored (nulls, NaN, strings and times are skipped); a mirror that fails is
+reported by ``close`` and never stops the store; W&B drops a row whose step is below one it
+already logged (its steps only increase); closing the W&B mirror ends the process's W&B service.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -19,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
-MIRRORS = ("tensorboard",)
-"""Mirror names ``--telemetry`` accepts after ``duckdb``."""
+MIRRORS = {"tensorboard": "tensorboard", "wandb": "wandb"}
+"""Mirror names ``--telemetry`` accepts after ``duckdb`` → the package each needs (an extra of
+the same name: ``pip install 'closedloop[wandb]'``)."""
 TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"
 
 
 def _column(values: Any, n: int) -> np.ndarray | None:
@@ -83,14 +88,66 @@ class TensorBoardMirror:
         self._writer.close()
 
 
-def open_mirror(name: str, run_dir: str | Path) -> TensorBoardMirror:
-    """The mirror ``name``; ValueError listing the mirrors on a typo or a missing package."""
+class WandbMirror:
+    """Step scalars logged to an offline W&B run in ``RUN_DIR/wandb/`` (named after the run id,
+    ``run_info`` as its config)."""
+
+    def __init__(self, run_dir: str | Path, *, run_info: Mapping[str, Any] | None = None) -> None:
+        import wandb
+
+        run_dir = Path(run_dir)
+        self.log_dir = run_dir / WANDB_DIR
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._run = wandb.init(
+            mode="offline",
+            dir=str(run_dir),
+            project="closedloop",
+            name=run_dir.name,
+            config=dict(run_info or {}),
+            reinit="create_new",
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+        )
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        self._run.log({f"steps/{k}": v for k, v in values.items()}, step=step)
+
+    def flush(self) -> None:
+        """Nothing to do: the offline run's writer appends as rows are logged."""
+
+    def close(self) -> None:
+        """Finish the run and wait until its file is whole: ``finish`` alone returns before
+        wandb's service has written the last records, and a signal's default action would not
+        wait for it. Simplification: that service is the process's, so another W&B run still
+        open in the same process ends too."""
+        import wandb
+
+        self._run.finish()
+        wandb.teardown()
+
+
+def check_mirror(name: str) -> None:
+    """ValueError naming the ``--telemetry`` option on an unknown mirror or a missing package."""
     if name not in MIRRORS:
         raise ValueError(f"telemetry mirror {name!r} not in {list(MIRRORS)}")
+    package = MIRRORS[name]
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(
+            f"--telemetry duckdb,{name} needs the {package} package, which is not installed: "
+            f"pip install 'closedloop[{name}]'"
+        )
+
+
+def open_mirror(
+    name: str, run_dir: str | Path, *, run_info: Mapping[str, Any] | None = None
+) -> TensorBoardMirror | WandbMirror:
+    """The mirror ``name``; ValueError naming the option on a typo or a missing package."""
+    check_mirror(name)
     try:
+        if name == "wandb":
+            return WandbMirror(run_dir, run_info=run_info)
         return TensorBoardMirror(run_dir)
     except ImportError as e:
-        raise ValueError(f"--telemetry {name} needs the tensorboard package: {e}") from e
+        raise ValueError(f"--telemetry duckdb,{name} needs the {MIRRORS[name]} package: {e}") from e
 
 
 class Mirrored:

@@ -9,7 +9,9 @@ from pathlib import Path
 from core.config import ConfigError, RunConfig, load_config
 from core.envs.registry import chat_template_rev
 from core.run import (
+    check_telemetry,
     file_logger,
+    is_store,
     new_run_dir,
     open_telemetry,
     write_resolved_config,
@@ -38,23 +40,14 @@ def run_training(
     """Create ``RUNS/<run_id>/``, train, close telemetry; returns (run_dir, summary)."""
     from core.train.session import Session
 
+    if telemetry != "none":
+        check_telemetry(telemetry)  # a typo or a missing mirror package: before the run dir
     tok = Tokenizer.load()
     run_dir = new_run_dir(runs_root, name)
     write_resolved_config(run_dir, cfg)
     write_tokenizer(run_dir, tok.path)
     log = file_logger(run_dir)
-    sink = open_telemetry(
-        telemetry,
-        run_dir,
-        cfg,
-        tokenizer_rev=tok.revision,
-        chat_template_rev=chat_template_rev(cfg.env.name),
-        vocab_size=tok.vocab_size,
-    )
-    if telemetry == "duckdb":
-        from observability.signals import install_signal_handlers
-
-        install_signal_handlers(sink)
+    sink = open_sink(telemetry, run_dir, cfg, tok=tok)
     bar = None
     try:
         session = Session(cfg, sink, tok=tok)
@@ -125,6 +118,25 @@ def training_loop(cfg: RunConfig):
     return run_grpo
 
 
+def open_sink(telemetry: str, run_dir: Path, cfg: RunConfig, *, tok: Tokenizer):
+    """The run's telemetry sink (``core.run.open_telemetry``). Any store, mirrored or not
+    (``duckdb``, ``duckdb,tensorboard``, ...), is closed as ``failed`` on SIGTERM/SIGINT before
+    the signal's usual effect (``observability.signals``)."""
+    sink = open_telemetry(
+        telemetry,
+        run_dir,
+        cfg,
+        tokenizer_rev=tok.revision,
+        chat_template_rev=chat_template_rev(cfg.env.name),
+        vocab_size=tok.vocab_size,
+    )
+    if is_store(telemetry):
+        from observability.signals import install_signal_handlers
+
+        install_signal_handlers(sink)
+    return sink
+
+
 def save_final_checkpoint(session, run_dir: Path) -> Path:
     """The actor's final weights as ``RUN_DIR/checkpoint`` (loadable as ``train.base_model``)."""
     from core.model.checkpoint import save_checkpoint
@@ -161,6 +173,12 @@ def train_from_args(args) -> int:
         cfg = resolve_config(args.config, args.set, steps=args.steps, seed=args.seed)
     except (ConfigError, ValueError) as e:
         print(f"closedloop train: config error: {e}", file=sys.stderr)
+        return 2
+    try:
+        if args.telemetry != "none":
+            check_telemetry(args.telemetry)
+    except ValueError as e:
+        print(f"closedloop train: {e}", file=sys.stderr)
         return 2
     run_dir, summary = run_training(
         cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=args.name

@@ -1,8 +1,11 @@
-"""``--telemetry duckdb,tensorboard``: the step rows of a real short run, read back from the
-TensorBoard event file with tensorboard's own event reader, equal the DuckDB store's; the tee
-(``observability.mirror``) alone; a failing mirror never stops the store."""
+"""``--telemetry duckdb,tensorboard,wandb``: the step rows of a real short run, read back from the
+TensorBoard event file with tensorboard's own event reader and from the offline W&B run's records,
+equal the DuckDB store's; the tee (``observability.mirror``) alone; a failing mirror never stops
+the store; a mirror whose package is missing is an error naming the option, before the run."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from observability import DuckDBTelemetry, open_run
 from observability.mirror import Mirrored, TensorBoardMirror, open_mirror, step_scalars
 from tests.conftest import TINY
+from tests.observability.wandb_records import offline_history
 
 
 def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
@@ -44,7 +48,9 @@ def test_tee_writes_the_store_and_the_event_file(tmp_path):
     assert got["steps/policy_version"] == [(0, 1.0), (1, 2.0), (2, 3.0)]
     con = open_run(tmp_path / "run")
     assert con.execute("SELECT list(loss ORDER BY step) FROM steps").fetchone() == ([0, 0.25, 0.5],)
-    with pytest.raises(ValueError, match=r"telemetry mirror 'mlflow' not in \['tensorboard'\]"):
+    with pytest.raises(
+        ValueError, match=r"telemetry mirror 'mlflow' not in \['tensorboard', 'wandb'\]"
+    ):
         open_mirror("mlflow", tmp_path)
 
 
@@ -73,13 +79,16 @@ def test_a_short_run_mirrors_its_step_rollups(tmp_path):
     from core.train.driver import run_training
 
     cfg = load_config(None, [*TINY, "train.steps=2"])
-    run, _ = run_training(cfg, runs_root=tmp_path, telemetry="duckdb,tensorboard", progress=False)
-    got = read_scalars(run / "tensorboard")
+    kind = "duckdb,tensorboard,wandb"
+    run, _ = run_training(cfg, runs_root=tmp_path, telemetry=kind, progress=False)
+    tb = read_scalars(run / "tensorboard")
+    (wandb_file,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
+    wb = offline_history(wandb_file)
     con = open_run(run)
     rows = con.execute(
         "SELECT step, loss, mismatch_abs_mean, reward_mean, masked_fraction FROM steps ORDER BY step"
     ).fetchall()
-    assert len(rows) == 2
+    assert len(rows) == 2 and [h["_step"] for h in wb] == [0, 1]
     for name, i in (
         ("loss", 1),
         ("mismatch_abs_mean", 2),
@@ -87,10 +96,11 @@ def test_a_short_run_mirrors_its_step_rollups(tmp_path):
         ("masked_fraction", 4),
     ):
         want = [(r[0], r[i]) for r in rows]
-        assert [s for s, _ in got[f"steps/{name}"]] == [s for s, _ in want]
+        assert [s for s, _ in tb[f"steps/{name}"]] == [s for s, _ in want]
         np.testing.assert_allclose(
-            [v for _, v in got[f"steps/{name}"]], [v for _, v in want], rtol=1e-6
+            [v for _, v in tb[f"steps/{name}"]], [v for _, v in want], rtol=1e-6
         )
+        np.testing.assert_allclose([h[f"steps/{name}"] for h in wb], [v for _, v in want])
 
 
 def test_open_telemetry_refuses_unknown_kinds(tmp_path):
@@ -98,9 +108,26 @@ def test_open_telemetry_refuses_unknown_kinds(tmp_path):
     from core.run import open_telemetry
 
     cfg = load_config(None, list(TINY))
-    for kind in ("duckdb,wandb", "tensorboard", "duckdb,"):
-        with pytest.raises(ValueError, match=r"not in \['duckdb', 'none', 'duckdb,tensorboard'\]"):
+    valid = (
+        r"\['duckdb', 'none', 'duckdb,tensorboard', 'duckdb,wandb', 'duckdb,tensorboard,wandb'\]"
+    )
+    for kind in ("duckdb,mlflow", "tensorboard", "duckdb,", "duckdb,wandb,wandb"):
+        with pytest.raises(ValueError, match=rf"--telemetry '{kind}' not in {valid}"):
             open_telemetry(
                 kind, tmp_path, cfg, tokenizer_rev="r", chat_template_rev="c", vocab_size=9
             )
     assert not (tmp_path / "telemetry").exists()  # refused before the store was opened
+
+
+def test_a_missing_mirror_package_names_the_option_before_the_run(tmp_path, monkeypatch, capsys):
+    from core.cli import main
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if wandb were not installed
+    argv = ["train", "--telemetry", "duckdb,wandb", "--run-dir", str(tmp_path / "runs")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--telemetry duckdb,wandb needs the wandb package" in err
+    assert "pip install 'closedloop[wandb]'" in err
+    assert not (tmp_path / "runs").exists()  # nothing of the run was written
+    with pytest.raises(ValueError, match="--telemetry duckdb,wandb needs the wandb package"):
+        open_mirror("wandb", tmp_path)
