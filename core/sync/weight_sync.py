@@ -29,7 +29,16 @@ def tensor_checksum(t: torch.Tensor) -> str:
         data = data.view(torch.int16)
     elif data.dtype == torch.float8_e4m3fn:  # fp8 rollout codes: no numpy dtype, hash the bits
         data = data.view(torch.uint8)
-    return hashlib.blake2b(data.numpy().tobytes(), digest_size=8).hexdigest()
+    return hashlib.blake2b(data.numpy(), digest_size=8).hexdigest()  # hashed in place
+
+
+def _tensors(w) -> dict:
+    return w.tensors() if hasattr(w, "tensors") else {"": w}
+
+
+def payload_bytes(weights: dict) -> int:
+    """Bytes of a weight payload (packed quantized weights count their codes and scales)."""
+    return sum(t.numel() * t.element_size() for w in weights.values() for t in _tensors(w).values())
 
 
 def payload_checksum(weights: dict) -> tuple[str, dict[str, str], int]:
@@ -37,9 +46,8 @@ def payload_checksum(weights: dict) -> tuple[str, dict[str, str], int]:
     per, nbytes = {}, 0
     for name in sorted(weights):
         w = weights[name]
-        tensors = w.tensors() if hasattr(w, "tensors") else {"": w}
         parts = []
-        for _, t in sorted(tensors.items()):
+        for _, t in sorted(_tensors(w).items()):
             parts.append(tensor_checksum(t))
             nbytes += t.numel() * t.element_size()
         per[name] = "".join(parts)
@@ -109,7 +117,7 @@ class WeightSync:
         mem = self.memory_hooks
         if mem is not None:
             mem.sync_gathered(gathered)
-        _, _, gbytes = payload_checksum(gathered)
+        gbytes = payload_bytes(gathered)
         phase("gather", gbytes, None)
         payload = actor_to_rollout(gathered, actor.cfg)
         if mem is not None:
@@ -119,7 +127,7 @@ class WeightSync:
             payload = self.quantizer(payload, version)
             if mem is not None:
                 mem.sync_buffers("quantize", payload, replaces="reshard")
-            phase("quantize", payload_checksum(payload)[2], None)
+            phase("quantize", payload_bytes(payload), None)
         sent, per_tensor, nbytes = payload_checksum(payload)
         phase("send", nbytes, sent)
         self.engine.load_weights(payload, version)
