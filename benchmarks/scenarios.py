@@ -16,7 +16,7 @@ import argparse
 import tempfile
 import time
 
-from core.scenario import list_scenarios, load_scenario, run_scenario
+from core.scenario import list_scenarios, load_scenario, run_scenario, scenario_config
 from observability import analysis as A
 from observability import open_run
 
@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     root = args.run_dir or tempfile.mkdtemp(prefix="closedloop-scenarios-")
     rows = []
     for name in names:
+        missing = load_scenario(name).missing(scenario_config(name))
+        if missing:  # a teacher / judge scenario whose artifacts were not trained here
+            print(f"skipped {name}: make {sorted(missing)} first: {list(missing.values())}")
+            continue
         rows.append(measure(name, runs_root=root, steps=args.steps, tail=args.tail))
         print(rows[-1], flush=True)
         control = load_scenario(name).control

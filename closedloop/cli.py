@@ -1,7 +1,7 @@
 """``closedloop``: the command line. Each package registers its own commands; this module only
 composes them (the one module allowed to import core, contracts and dashboards together).
 
-Commands: ``train``, ``pretrain``, ``scenario`` (core) · ``telemetry`` (observability) · ``gate``
+Commands: ``train``, ``pretrain``, ``scenario``, ``rewards`` (core) · ``telemetry`` (observability) · ``gate``
 (contracts) · ``dashboard`` (dashboards) · ``demo`` (train, then gate the run).
 """
 

@@ -30,6 +30,7 @@ CONTRACTS = (
     "agentic",
     "teacher_quant",
     "long_horizon",
+    "reward",
     "memory",
     "parallel",
     "regression",

@@ -1,4 +1,4 @@
-"""The training core's commands: ``train``, ``pretrain``, ``export-hf``, ``scenario``.
+"""The training core's commands: ``train``, ``pretrain``, ``export-hf``, ``scenario``, ``rewards``.
 
 ``register(subparsers)`` adds them to the ``closedloop`` console script (``closedloop.cli``,
 which composes every package's commands); ``python -m core.cli`` runs the core's commands alone.
@@ -70,8 +70,10 @@ def _cmd_export_hf(args) -> int:
 
 
 def register(sub) -> None:
-    """Add ``train``, ``pretrain``, ``export-hf`` and ``scenario`` to an argparse subparsers."""
+    """Add ``train``, ``pretrain``, ``export-hf``, ``scenario`` and ``rewards`` to an argparse
+    subparsers."""
     from core import scenario
+    from core.rewards import cli as rewards
 
     p = sub.add_parser("train", help="GRPO + IcePop training run")
     add_train_arguments(p)
@@ -79,6 +81,13 @@ def register(sub) -> None:
     p = sub.add_parser("pretrain", help="SFT the tiny base model (writes core/assets/base_model)")
     p.add_argument("--out", default=None, help="checkpoint directory")
     p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None, help="initialisation and data seed")
+    p.add_argument(
+        "--teacher-error-rate",
+        type=float,
+        default=None,
+        help="fraction of flawed demonstrations (default 0.7; 0: a clean, stronger model)",
+    )
     p.add_argument(
         "--env",
         default="arithmetic",
@@ -104,6 +113,7 @@ def register(sub) -> None:
     )
     p.set_defaults(func=_cmd_export_hf)
     scenario.register(sub)
+    rewards.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,11 @@
 
 ``[model]`` → ``ModelConfig``, ``[rollout]`` → ``RolloutConfig``, ``[algorithm]`` →
 ``AlgorithmConfig``, ``[optim]`` → ``OptimConfig``, ``[train]`` → ``TrainConfig``, ``[env]`` →
-``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[tool]`` → ``ToolConfig``, ``[telemetry]`` → ``TelemetryConfig``, ``[quant]`` → ``QuantConfig``,
-``[critic]`` → ``CriticConfig``, ``[compaction]`` → ``CompactionConfig``, ``[longhorizon]`` →
-``LongHorizonConfig``.
-``--set section.key=value`` overrides use TOML value syntax. Unknown sections or keys, wrong types
+``EnvConfig``, ``[task]`` → ``ArithmeticConfig``, ``[tool]`` → ``ToolConfig``, ``[telemetry]`` →
+``TelemetryConfig``, ``[quant]`` → ``QuantConfig``, ``[critic]`` → ``CriticConfig``,
+``[compaction]`` → ``CompactionConfig``, ``[longhorizon]`` → ``LongHorizonConfig``, ``[teachers]``
+→ ``TeacherConfig``, ``[rewards]`` → ``RewardConfig``. ``--set section.key=value`` overrides use
+TOML value syntax (tables inline: ``key={a = 1}``). Unknown sections or keys, wrong types
 and out-of-range values are errors naming the key and the allowed values; nothing else reads raw
 dicts.
 """
@@ -27,9 +28,11 @@ from core.envs.registry import EnvConfig
 from core.envs.tool import ToolConfig
 from core.model.config import ModelConfig
 from core.quant.config import QuantConfig
+from core.rewards.config import RewardConfig
 from core.rollout.compaction import CompactionConfig
 from core.rollout.config import RolloutConfig
 from core.tasks.arithmetic import ArithmeticConfig
+from core.teachers.config import TeacherConfig
 from core.train.config import OptimConfig, TrainConfig
 from core.train.critic import CriticConfig
 from observability.config import TelemetryConfig
@@ -56,6 +59,26 @@ class RunConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     longhorizon: LongHorizonConfig = field(default_factory=LongHorizonConfig)
+    teachers: TeacherConfig = field(default_factory=TeacherConfig)
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        a, t = self.algorithm, self.teachers
+        if a.uses_teacher and not t.routes:
+            raise ConfigError(
+                f"algorithm.advantage={a.advantage!r} needs teachers: set teachers.routes"
+            )
+        if a.uses_teacher and a.opd_loss == "topk" and t.payload == "sampled":
+            raise ConfigError(
+                "algorithm.opd_loss='topk' needs teachers.payload 'topk' or 'full' (a sampled "
+                "payload carries no distribution)"
+            )
+        if (self.rollout.mode == "async" or a.name != "grpo") and (t.routes or self.rewards.mixed):
+            raise ConfigError(
+                "teachers.routes and rewards.weights / rewards.penalties are applied by the sync "
+                f"GRPO loop only: they need rollout.mode='sync' and algorithm.name='grpo' (not "
+                f"{self.rollout.mode!r}, {a.name!r})"
+            )
 
     def to_dict(self) -> dict:
         return {f.name: _section_dict(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -101,6 +124,11 @@ def _coerce(section: str, key: str, value: Any, typ: Any) -> Any:
             raise ConfigError(f"{name}={value!r}: expected a list")
         (inner, *_rest) = typing.get_args(typ)
         return tuple(_coerce(section, key, v, inner) for v in value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}={value!r}: expected a table, e.g. {{ name = value }}")
+        _, inner = typing.get_args(typ)
+        return {str(k): _coerce(section, f"{key}.{k}", v, inner) for k, v in value.items()}
     return value
 
 

@@ -1,12 +1,14 @@
 """Fault-injection scenarios: named configs in ``configs/scenarios/`` run through the real core.
 
 A scenario file is the run-config TOML format plus an optional ``[scenario]`` section (metadata:
-``description``, ``fault``, ``expect_suspect``, ``control``, ``base``); its other sections are
-applied key by key on top of ``configs/<base>.toml`` (default ``grpo_tiny``), then ``--set``
-overrides on top. Every
-fault is a config switch of a real code path (log-prob mode, re-tokenization, sync interval, engine
-precision, trust rule, quantized rollout, Top-k kernel); nothing edits telemetry after the fact.
-``expect_suspect`` and ``control`` are read only by tests and benchmarks, never by the analysis.
+``description``, ``fault``, ``expect_suspect``, ``control``, ``base``, ``needs``); its other
+sections are applied key by key on top of ``configs/<base>.toml`` (default ``grpo_tiny``), then
+``--set`` overrides on top. Every fault is a config switch of a real code path (log-prob mode,
+re-tokenization, sync interval, engine precision, trust rule, quantized rollout, Top-k kernel,
+teacher, judge); nothing edits telemetry after the fact. ``needs`` maps the trained artifacts a
+scenario reads (a teacher, a judge) to the command that makes each; a run whose config still names
+a missing one is refused with those commands. ``expect_suspect`` and ``control`` are read only by
+tests and benchmarks, never by the analysis.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 from core.config import DEFAULT_CONFIG, ConfigError, RunConfig, config_from_dict
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "configs" / "scenarios"
-META_KEYS = ("description", "fault", "expect_suspect", "control", "base")
+META_KEYS = ("description", "fault", "expect_suspect", "control", "base", "needs")
+REPO_ROOT = SCENARIO_DIR.parent.parent
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,15 @@ class Scenario:
     base: str = "grpo_tiny"
     """The config (``configs/<base>.toml``) the scenario builds on: ``grpo_tiny`` (the default
     sync loop) or ``agentic_tiny`` (async multi-turn)."""
+    needs: dict = field(default_factory=dict)
+    """Artifact path (relative to the repo root) -> the command that makes it."""
+
+    def missing(self, cfg: RunConfig) -> dict[str, str]:
+        """The ``needs`` that ``cfg`` still names and that do not exist (path -> command)."""
+        text = cfg.to_json()
+        return {
+            p: cmd for p, cmd in self.needs.items() if p in text and not (REPO_ROOT / p).exists()
+        }
 
 
 def list_scenarios(directory: Path = SCENARIO_DIR) -> list[str]:
@@ -73,6 +85,7 @@ def load_scenario(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
         control=tuple(meta.get("control", ())),
         sections=raw,
         base=meta.get("base", "grpo_tiny"),
+        needs=dict(meta.get("needs", {})),
     )
 
 
@@ -111,7 +124,18 @@ def run_scenario(
     from core.train.driver import run_training
 
     cfg = scenario_config(name, overrides, steps=steps, directory=directory)
+    check_needs(load_scenario(name, directory), cfg)
     return run_training(cfg, runs_root=runs_root, telemetry="duckdb", name=name, progress=progress)
+
+
+def check_needs(scenario: Scenario, cfg: RunConfig) -> None:
+    """ConfigError listing the commands that make the artifacts ``cfg`` names but lacks."""
+    missing = scenario.missing(cfg)
+    if missing:
+        steps = "\n".join(f"  {cmd}" for cmd in missing.values())
+        raise ConfigError(
+            f"scenario {scenario.name!r} needs {sorted(missing)}; make them first:\n{steps}"
+        )
 
 
 def _cmd_scenario(args) -> int:
@@ -124,6 +148,7 @@ def _cmd_scenario(args) -> int:
         return 2
     try:
         cfg = scenario_config(args.name, args.set, steps=args.steps)
+        check_needs(load_scenario(args.name), cfg)
     except (ConfigError, ValueError) as e:
         print(f"closedloop scenario: {e}", file=sys.stderr)
         return 2

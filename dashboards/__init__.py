@@ -16,6 +16,8 @@ PAGES = (
     ("Token view", "pages/8_Token_view.py"),
     ("Agents", "pages/9_Agents.py"),
     ("Long horizon", "pages/10_Long_horizon.py"),
+    ("Teachers", "pages/11_Teachers.py"),
+    ("Rewards", "pages/12_Rewards.py"),
 )
 """(title, page file relative to ``Overview.py``; None for the entry page itself), in menu order."""
 

@@ -81,10 +81,22 @@ def step_window(con: Con, *, n_steps: int) -> tuple[int, int] | None:
     return None if hi is None else (max(0, int(hi) - n_steps + 1), int(hi))
 
 
-def evals(con: Con) -> pd.DataFrame:
+def evals(con: Con, *, split: str = "heldout") -> pd.DataFrame:
+    """Eval rows of one split (``heldout``; per domain ``heldout/<domain>``)."""
     return df(
         con,
-        "SELECT run_id, step, split, n, accuracy, reward_mean FROM evals ORDER BY step, split",
+        "SELECT run_id, step, split, n, accuracy, reward_mean FROM evals WHERE split = ? "
+        "ORDER BY step",
+        [split],
+    )
+
+
+def domain_evals(con: Con) -> pd.DataFrame:
+    """Per-domain eval rows (splits ``heldout/<domain>``) with a ``domain`` column."""
+    return df(
+        con,
+        "SELECT step, split[9:] AS domain, n, accuracy FROM evals "
+        "WHERE split LIKE 'heldout/%' ORDER BY step, domain",
     )
 
 

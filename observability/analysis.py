@@ -2,11 +2,14 @@
 
 Pure functions over a DuckDB connection whose views are named as in ``observability.schema``
 (``open_run``/``open_runs``), returning pandas DataFrames or small frozen dataclasses. Onset and
-suspects read only ``steps``, ``samples``, ``tokens``, ``turns``, ``topk`` and ``qparams`` — never ``runs``
-(config, run name): the diagnosis comes from what the run did, not from what it was told to do.
+suspects read only ``steps``, ``samples``, ``tokens``, ``turns``, ``topk``, ``qparams`` and
+``reward_components`` — never ``runs`` (config, run name): the diagnosis comes from what the run
+did, not from what it was told to do.
 
 Onset: ``observability.changepoint.find_onset`` on the per-step reward and entropy, with the
-reward's noise floored at the sampling error of a step's mean reward (from ``samples``).
+reward's noise floored at the sampling error of a step's mean reward (from ``samples``). In a run
+with mixed rewards (``reward_components`` beyond one weight-1 ``verifier``) the reward series is
+the verifier component's mean: the ground truth, not the scalarization the policy may be gaming.
 
 Suspects. Each candidate cause (``SIGNALS``) is a per-step level with a tolerance τ — the level
 at which the sign is no longer explained by a healthy run of this system. Engine-side levels
@@ -19,19 +22,25 @@ whole run without one), with r the baseline run's largest per-step level (0 with
     excess_t = max(level_t − r, 0) / τ,   strength = mean_t excess_t,
     first = first step with excess_t ≥ 1,  earliness = 1 − index(first) / len(window),
     score = log2(1 + strength) · (0.5 + 0.5·earliness)   (0 if it never reached 1).
+Reward components of a mixed reward: ``observability.reward_signals`` (``reward_component:<c>``).
 Simplifications: steps are averaged over ranks; per-token levels fall back to the exact ``steps``
 aggregates (not restricted to clean samples) for steps whose token rows were not kept.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import duckdb
 import numpy as np
 import pandas as pd
 
 from observability.changepoint import NO_ONSET, Onset, find_onset
+from observability.reward_signals import (
+    Signal,
+    component_levels,
+    component_signals,
+    mixed_reward,
+    task_reward,
+)
 
 
 # ---------------------------------------------------------------- run selection and step series
@@ -76,10 +85,11 @@ def step_metrics(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> p
 def reward_sampling_noise(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> float:
     """σ of a step's mean reward from its samples: sqrt(mean over steps of var_pop(reward) / n)."""
     rid = resolve_run_id(con, run_id)
+    src, params = task_reward(con, rid)
     (v,) = con.execute(
-        "SELECT sqrt(avg(v / n)) FROM (SELECT var_pop(reward) AS v, count(*) AS n "
-        "FROM samples WHERE run_id = ? GROUP BY step)",
-        [rid],
+        "SELECT sqrt(avg(v / n)) FROM (SELECT var_pop(r) AS v, count(*) AS n "
+        f"FROM ({src}) GROUP BY step)",
+        params,
     ).fetchall()[0]
     return float(v) if v is not None else 0.0
 
@@ -90,6 +100,11 @@ def collapse_onset(con: duckdb.DuckDBPyConnection, run_id: str | None = None, **
     df = step_metrics(con, rid)
     if df.empty:
         return NO_ONSET
+    if mixed_reward(con, rid):  # the verifier's mean, not the scalarization
+        src, params = task_reward(con, rid)
+        task = con.execute(f"SELECT step, avg(r) AS task FROM ({src}) GROUP BY step", params).df()
+        df = df.merge(task, on="step", how="left")
+        df["reward_mean"] = df["task"].fillna(df["reward_mean"])
     kw.setdefault("reward_noise", reward_sampling_noise(con, rid))
     return find_onset(
         df["step"].to_numpy(), df["reward_mean"].to_numpy(), df["entropy"].to_numpy(), **kw
@@ -97,16 +112,6 @@ def collapse_onset(con: duckdb.DuckDBPyConnection, run_id: str | None = None, **
 
 
 # ---------------------------------------------------------------- suspects
-@dataclass(frozen=True)
-class Signal:
-    """A candidate cause: a per-step level from telemetry and the tolerance it is measured in."""
-
-    name: str
-    description: str
-    tolerance: float
-    """τ: the level at which the sign counts as moved (a healthy run of this system stays below)."""
-
-
 # Tolerances, from what this system measures when healthy: TITO holds exactly (0 re-tokenized
 # tokens, 0 turns whose engine context differs from the trajectory); no token is decoded against
 # keys/values of another version (both exactly 0 when healthy: any is the fault, τ = 1e-5); the synchronous loop trains fresh samples (staleness 0); fp32 engines agree to ~3e-7
@@ -233,7 +238,12 @@ def suspect_levels(con: duckdb.DuckDBPyConnection, run_id: str | None = None) ->
     }
     for name, (col, count) in fallback.items():  # no per-token rows that step: step aggregates
         out[name] = out[name].astype("float64").mask(out[count].isna(), out[col].astype("float64"))
-    cols = ["step", *(s.name for s in SIGNALS), "mismatch_signed"]
+    comp = []
+    wide = component_levels(con, rid)  # reward_component:<c> of a mixed-reward run
+    if not wide.empty:
+        out = out.merge(wide, on="step", how="left")
+        comp = [c for c in wide.columns if c != "step"]
+    cols = ["step", *(s.name for s in SIGNALS), "mismatch_signed", *comp]
     return out[cols].astype({c: "float64" for c in cols[1:]}).reset_index(drop=True)
 
 
@@ -256,7 +266,7 @@ def rank_suspects(
         w = w[w["step"] <= onset_step]
     steps = w["step"].to_numpy()
     rows = []
-    for order, sig in enumerate(SIGNALS):
+    for order, sig in enumerate(SIGNALS + component_signals(levels)):
         level = w[sig.name].fillna(0.0).to_numpy()
         ref = float((reference or {}).get(sig.name, 0.0) or 0.0)
         excess = np.maximum(level - ref, 0.0) / sig.tolerance
@@ -303,7 +313,9 @@ def suspects(
     reference = None
     if baseline is not None:
         ref = suspect_levels(baseline, baseline_run_id)
-        reference = {s.name: float(ref[s.name].fillna(0.0).max()) for s in SIGNALS}
+        reference = {
+            s.name: float(ref[s.name].fillna(0.0).max()) for s in SIGNALS + component_signals(ref)
+        }
     return rank_suspects(suspect_levels(con, rid), onset_step=onset.step, reference=reference)
 
 

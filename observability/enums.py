@@ -24,3 +24,4 @@ MEMORY_CATEGORIES = (
 )
 MEMORY_EVENTS = ("create", "transfer", "reuse", "free")
 CONTRACT_STATUSES = ("pass", "fail", "warn", "error", "not_applicable")
+TEACHER_PAYLOADS = ("sampled", "topk", "full")

@@ -131,6 +131,18 @@ _TABLES = (
                 "action tokens whose train id differs from rollout; null when TITO holds",
             ),
             _c("kl_ref", F64, "KL to the reference policy"),
+            _enum("teacher_payload", E.TEACHER_PAYLOADS, "what the teachers sent", nullable=True),
+            _nonneg("teacher_payload_bytes", I64, "teacher payload bytes moved in the step"),
+            _c(
+                "teacher_kl",
+                F64,
+                "sampled reverse-KL estimate mean(train_logp - teacher_logp) over scored tokens",
+            ),
+            _c("distill_loss", F64, "Top-k reverse-KL term of the loss (weighted)"),
+            _frac(
+                "judge_verifier_agreement",
+                "samples whose parsed judge verdict agrees with the verifier",
+            ),
             _c(
                 "optimizer_stepped", BOOL, "the optimizer stepped (false: skipped, see skip_reason)"
             ),
@@ -286,6 +298,12 @@ _TABLES = (
             _c("value", F32, "critic value of the state that generates the token", finite=True),
             _c("return", F32, "GAE return (value target) of the token", finite=True),
             _nonneg("segment", I32, "segment of the token's sample (0 unless compacted)"),
+            _c(
+                "teacher_prefix_hash",
+                I64,
+                "the teacher's hash of the token prefix it scored (equals prefix_hash when "
+                "teacher and rollout saw the same ids)",
+            ),
         ),
         key=("run_id", "sample_id", "pos"),
         per_token=True,
@@ -347,12 +365,41 @@ _TABLES = (
             RUN_ID,
             SAMPLE_ID,
             _c("component", STR, "reward term name", nullable=False, dictionary=True),
-            _c("value", F64, "term value"),
-            _c("weight", F64, "term weight in the total"),
-            _c("failure_reason", STR, "why the term could not be computed"),
+            _c("value", F64, "term value (null: the term could not score the sample)"),
+            _c(
+                "weight",
+                F64,
+                "signed term weight: samples.reward = sum(weight * value) over non-null values "
+                "(penalties negative)",
+            ),
+            _c(
+                "failure_reason",
+                STR,
+                "why the term could not score the sample (e.g. judge_unparseable); environment "
+                "terms carry the sample's verdict",
+            ),
             STEP_OPT,
         ),
         key=("run_id", "sample_id", "component"),
+    ),
+    TableSpec(
+        "teacher_routes",
+        "one row per step, domain and teacher the step's samples were routed to",
+        (
+            RUN_ID,
+            STEP,
+            _c("domain", STR, "task domain", nullable=False, dictionary=True),
+            _c("teacher_id", STR, "teacher the domain routes to", nullable=False, dictionary=True),
+            _enum("payload", E.TEACHER_PAYLOADS, "what the teacher sent"),
+            _nonneg("n_samples", I64, "samples routed"),
+            _nonneg("n_tokens", I64, "tokens scored"),
+            _nonneg("payload_bytes", I64, "payload bytes sent for them"),
+            _c("reverse_kl", F64, "sampled reverse-KL estimate mean(train_logp - teacher_logp)"),
+            _c("opd_adv_mean", F64, "mean OPD advantage w * (teacher_logp - train_logp)"),
+            _nonneg("opd_adv_std", F64, "spread (population std) of the OPD advantage"),
+            _nonneg("topk_kl", F64, "mean Top-k reverse KL per position, when that term trained"),
+        ),
+        key=("run_id", "step", "domain", "teacher_id"),
     ),
     TableSpec(
         "topk",

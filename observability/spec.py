@@ -12,16 +12,19 @@ from functools import cached_property
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped when a column changes meaning or type, or tables and columns are added; stored in every
 ``runs`` row and part file. Version 2 (async agentic RL): the ``turns`` table; per-token ``turn``
 and ``kv_version``; per-sample ``worker``, ``env_latency_s``, ``refill``,
 ``policy_version_rollout_max``; per-step queue, worker and failure counts. Version 3 (critic and
 compaction): per-token ``value``, ``return``, ``segment``; the ``compactions`` table; per-step
 value loss, explained variance, critic updates, frozen-parameter checksum and the policy-loss
-denominator. Readers open older runs (missing columns and tables read as null / empty)."""
+denominator. Version 4 (teachers and mixed rewards): the ``teacher_routes`` table; per-token
+``teacher_prefix_hash``; per-step teacher payload, bytes, KL, distill loss and judge–verifier
+agreement; ``reward_components`` values may be null (a component that could not score). Readers
+open older runs (missing columns and tables read as null / empty)."""
 
-KNOWN_SCHEMA_VERSIONS = (1, 2, 3)
+KNOWN_SCHEMA_VERSIONS = (1, 2, 3, 4)
 """Versions a reader of this schema can open."""
 
 

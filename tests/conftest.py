@@ -97,3 +97,57 @@ def compaction_run(tmp_path_factory) -> Path:
     return make_run(
         tmp_path_factory.mktemp("runs"), COMPACTION_TINY, name="compaction", config=config
     )
+
+
+@pytest.fixture(scope="session")
+def teacher_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Two teachers (the SFT base; a perturbed copy) and, from the tiny run's verified rollouts,
+    a barely trained ORM and judge: {"same": , "other": , "orm": , "judge": } directories."""
+    from tests.teacher_artifacts import teacher_checkpoint
+
+    root = tmp_path_factory.mktemp("teachers")
+    return {
+        "same": teacher_checkpoint(root / "same-source"),
+        "other": teacher_checkpoint(root / "perturbed", noise=0.3, seed=1),
+    }
+
+
+@pytest.fixture(scope="session")
+def reward_dirs(tmp_path_factory, tiny_run: Path) -> dict[str, Path]:
+    """An ORM and a judge trained for a few steps on the tiny run's verified rollouts."""
+    from core.rewards.data import verified_rollouts
+    from core.rewards.train import BASE_MODEL, build_judge, build_orm
+    from core.tokenizer.tokenizer import Tokenizer
+
+    root = tmp_path_factory.mktemp("reward_models")
+    tok = Tokenizer.load()
+    rollouts = verified_rollouts([tiny_run], tok=tok)
+    quiet = lambda *_: None  # noqa: E731
+    build_orm(rollouts, root / "orm", tok=tok, steps=20, log=quiet)
+    build_judge(rollouts, root / "judge", tok=tok, base=BASE_MODEL, steps=8, log=quiet)
+    return {"orm": root / "orm", "judge": root / "judge"}
+
+
+TEACHER_RUN = [
+    'algorithm.advantage="grpo+opd"',
+    'algorithm.opd_loss="topk"',
+    "algorithm.opd_weight=0.5",
+    'teachers.payload="topk"',
+    "teachers.topk=4",
+]
+
+
+@pytest.fixture(scope="session")
+def teacher_run(tmp_path_factory, teacher_dirs, reward_dirs) -> Path:
+    """A finished 3-step GRPO+OPD (Top-k) run routing addition and subtraction to two teachers,
+    with mixed rewards (verifier, format, ORM, judge, length penalty) — read-only."""
+    routes = f'{{addition = "{teacher_dirs["same"]}", subtraction = "{teacher_dirs["other"]}"}}'
+    rewards = [
+        "rewards.weights={verifier = 1.0, format = 0.1, orm = 0.2, judge = 0.3}",
+        "rewards.penalties={length = 0.05}",
+        "rewards.length_budget=3",
+        f'rewards.orm="{reward_dirs["orm"]}"',
+        f'rewards.judge="{reward_dirs["judge"]}"',
+    ]
+    overrides = [*TEACHER_RUN, f"teachers.routes={routes}", *rewards]
+    return make_run(tmp_path_factory.mktemp("runs"), overrides, name="teacher")

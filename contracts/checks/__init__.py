@@ -7,6 +7,7 @@ from contracts.checks import (  # noqa: F401  (registration side effects)
     memory,
     parallel,
     regression,
+    reward,
     run,
     schema,
     sparse_version,

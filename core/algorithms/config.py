@@ -1,4 +1,4 @@
-"""GRPO + trust-mask hyperparameters (the ``[algorithm]`` config section)."""
+"""GRPO / OPD + trust-mask hyperparameters (the ``[algorithm]`` config section)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ ALGORITHMS = ("grpo", "sao", "compaction")
 """``grpo``: group baseline (``core.train.grpo``); ``sao``: single rollout + critic with
 skip-observation GAE (``core.train.sao``); ``compaction``: CompactionRL, the critic loop over
 compacted trajectories (``core.train.compaction_rl``). The last two read ``[critic]``."""
+ADVANTAGES = ("grpo", "opd", "grpo+opd")
+"""``grpo``: the group-normalized task advantage; ``opd``: the teacher log-ratio per token
+(``core.algorithms.opd``); ``grpo+opd``: their sum, the OPD part weighted by ``opd_weight``."""
+OPD_LOSSES = ("sampled", "topk")
+"""How the teacher signal enters the loss: ``sampled`` — the log-ratio as a per-token advantage
+of the policy loss (the sampled-token reverse-KL gradient); ``topk`` — the Top-k reverse KL with
+the truncation correction as its own loss term (``core.algorithms.topk_kl``)."""
 
 
 @dataclass(frozen=True)
@@ -23,7 +30,7 @@ class AlgorithmConfig:
     """B: prompts per optimizer step."""
     group_size: int = 8
     """G: responses per prompt (≥ 2 for a group baseline; exactly 1 for ``sao``, whose critic
-    replaces the group)."""
+    replaces the group; 1 allowed with ``advantage = "opd"``)."""
     trust_rule: str = "icepop"
     """``icepop`` | ``dis`` | ``none`` (no train/rollout trust mask)."""
     icepop_beta: float = 2.0
@@ -57,15 +64,41 @@ class AlgorithmConfig:
         """The algorithm trains a value model (``[critic]``)."""
         return self.name in ("sao", "compaction")
 
+    advantage: str = "grpo"
+    """``grpo`` | ``opd`` | ``grpo+opd`` (``ADVANTAGES``); the OPD kinds need ``[teachers]``."""
+    opd_weight: float = 1.0
+    """w of the OPD part: Â = Â^GRPO + w·Â^OPD (``grpo+opd``), Â = w·Â^OPD (``opd``), and the
+    Top-k loss term's weight (``opd_loss = "topk"``); > 0."""
+    opd_loss: str = "sampled"
+    """``sampled`` | ``topk`` (``OPD_LOSSES``); ``topk`` needs ``teachers.payload`` ``topk`` or
+    ``full`` (``full``: the exact reverse KL)."""
+
+    @property
+    def uses_teacher(self) -> bool:
+        """The advantage reads teacher log-probs."""
+        return self.advantage != "grpo"
+
     def __post_init__(self) -> None:
         if self.name not in ALGORITHMS:
             raise ValueError(f"algorithm.name={self.name!r} not in {list(ALGORITHMS)}")
         if self.prompts_per_step < 1:
             raise ValueError(f"algorithm.prompts_per_step={self.prompts_per_step} must be >= 1")
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"algorithm.advantage={self.advantage!r} not in {list(ADVANTAGES)}")
+        if self.advantage != "grpo" and self.name != "grpo":
+            raise ValueError(
+                f"algorithm.advantage={self.advantage!r} needs algorithm.name='grpo' (not "
+                f"{self.name!r})"
+            )
+        if self.opd_loss not in OPD_LOSSES:
+            raise ValueError(f"algorithm.opd_loss={self.opd_loss!r} not in {list(OPD_LOSSES)}")
+        if not self.opd_weight > 0:
+            raise ValueError(f"algorithm.opd_weight={self.opd_weight} must be > 0")
         if self.name == "sao" and self.group_size != 1:
             raise ValueError(f"algorithm.group_size={self.group_size} must be 1 for 'sao'")
-        if self.name == "grpo" and self.group_size < 2:
-            raise ValueError(f"algorithm.group_size={self.group_size} must be >= 2")
+        if self.name == "grpo" and self.group_size < (1 if self.advantage == "opd" else 2):
+            need = "1 with advantage = 'opd'" if self.advantage == "opd" else "2 (a group baseline)"
+            raise ValueError(f"algorithm.group_size={self.group_size} must be >= {need}")
         if self.group_size < 1:
             raise ValueError(f"algorithm.group_size={self.group_size} must be >= 1")
         if self.trust_rule not in TRUST_RULES:

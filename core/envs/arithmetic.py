@@ -8,7 +8,7 @@ per-domain teachers can be routed on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.envs.protocol import StepResult
 from core.tasks.arithmetic import ArithmeticConfig, Problem, eval_set, make_prompts, verify
@@ -67,4 +67,9 @@ class ArithmeticSource:
         return [ArithmeticEnv(p, self.tok) for p in problems for _ in range(repeats)]
 
     def eval_set(self, n: int) -> list[ArithmeticEnv]:
-        return [ArithmeticEnv(p, self.tok) for p in eval_set(self.cfg, n)]
+        if self.cfg.eval_per_op and len(self.cfg.ops) > 1:  # each operator's own fixed draw
+            k = n // len(self.cfg.ops)
+            problems = [p for op in self.cfg.ops for p in eval_set(replace(self.cfg, ops=(op,)), k)]
+        else:
+            problems = eval_set(self.cfg, n)
+        return [ArithmeticEnv(p, self.tok) for p in problems]

@@ -16,6 +16,9 @@ rollout_worker_i/staged/v*      communication_buffers  rollout_worker_i  staged 
 rollout_worker_i/kv_cache       saved_activations      rollout_worker_i  as reported per step
 actor/saved_activations         saved_activations      actor             forward -> after backward
 rollout/kv_cache/<n>            saved_activations      rollout           one generate / prefill call
+teacher/<id>/weights/*          model_state            teacher/<id>      persistent
+teacher/<id>/kv_cache/<n>       saved_activations      teacher/<id>      one prefill call
+teacher/<id>/payload            live_io                trainer           prefill -> end of step
 weight_sync/gather|reshard|...  communication_buffers  weight_sync       inside one sync
 rollout/records|dsa_topk        live_io                trainer           generate -> end of step
 trainer/train_batch             live_io                trainer           batch built -> end of step

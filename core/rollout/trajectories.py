@@ -9,7 +9,8 @@ space is ``[:, 1:]`` (slot ``t`` of the logits predicts token ``t + 1``), see :m
 
 What the rollout fills: ids, roles (codes into ``ROLES``), the loss mask (trainable tokens:
 actions and summaries), behaviour (rollout) log-probs and the policy version that produced each
-generated token; per sample its ids, prompt, group, domain, environment, rewards and status.
+generated token; per sample its ids, prompt, group, domain, environment, rewards and status
+(the reward mixer adds scored components, their weights and failure reasons).
 What scorers fill (optional, ``None`` until then): train / old / teacher log-probs, entropy,
 values, returns, per-token advantages. Tokens the policy did not generate hold 0 in the float
 slots and -1 in ``version``.
@@ -87,6 +88,12 @@ class Trajectories:
     engine_records: dict = field(default_factory=dict)
     """Rollout-side sparse records for the train/rollout comparison: ``routes`` {layer: [B, W,
     k]}, ``topk`` {layer: [chunks]} (single-turn rollouts only)."""
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    """name -> signed weight of the component in ``reward`` (penalties negative); a component
+    not listed has weight 1 (``core.rewards.mix``)."""
+    reward_failures: dict[str, list[str | None]] = field(default_factory=dict)
+    """name -> per-sample reason the component could not score (e.g. ``judge_unparseable``); a
+    component not listed carries the sample's ``failure_reason``."""
     # ---- scorer slots (token-aligned [B, T], None until filled) ------------------------------
     train_ids: torch.Tensor | None = None
     """[B, T] int64: ids the trainer fed the actor (differ from ``ids`` only under the

@@ -46,6 +46,10 @@ class ArithmeticConfig:
     """If False, subtraction operands are ordered so that the result is >= 0."""
     seed: int = 0
     """Selects the training prompt stream; mixed with each call's ``seed``, in [0, 2**63)."""
+    eval_per_op: bool = False
+    """Draw the held-out eval set per operator (``n // len(ops)`` problems each, from that
+    operator's own fixed draw): a domain is then evaluated on the same problems in every run,
+    whatever other operators it trains on (how per-domain experts and students compare)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.ops, str) or not isinstance(self.ops, Sequence):
@@ -69,6 +73,8 @@ class ArithmeticConfig:
             )
         if not isinstance(self.allow_negative, bool):
             raise ValueError(f"allow_negative must be a bool, got {self.allow_negative!r}")
+        if not isinstance(self.eval_per_op, bool):
+            raise ValueError(f"eval_per_op must be a bool, got {self.eval_per_op!r}")
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be an int in [0, 2**63), got {self.seed!r}")
 

@@ -1,13 +1,15 @@
 """The project tokenizer: a thin wrapper over a HuggingFace ``tokenizers`` byte-level BPE JSON.
 
 Its revision is the sha256 of the JSON file, so telemetry can pin exactly which vocabulary and
-merges produced a run's token IDs. Special tokens (``SPECIAL_TOKENS``) hold IDs 0..4 in that
+merges produced a run's token IDs; ``vocab_hash`` pins the id ↔ token map alone (what two models
+must share to compare log-probs token by token). Special tokens (``SPECIAL_TOKENS``) hold IDs 0..4 in that
 order and are matched as single tokens wherever they appear in text.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -25,8 +27,8 @@ DEFAULT_TOKENIZER_PATH = Path(__file__).resolve().parent.parent / "assets" / "to
 class Tokenizer:
     """Byte-level BPE tokenizer with the project's special tokens.
 
-    Attributes: ``path``, ``revision`` (sha256 hex of the JSON file), ``vocab_size`` (including
-    special tokens), ``pad_id``, ``bos_id``, ``eos_id``, ``user_id``, ``assistant_id``,
+    Attributes: ``path``, ``revision`` (sha256 hex of the JSON file), ``vocab_hash`` (sha256 hex of
+    the sorted id → token map), ``vocab_size`` (including special tokens), ``pad_id``, ``bos_id``, ``eos_id``, ``user_id``, ``assistant_id``,
     ``special_ids`` (frozenset of the five).
     """
 
@@ -36,6 +38,8 @@ class Tokenizer:
         self.revision = hashlib.sha256(raw).hexdigest()
         self._tok = HFTokenizer.from_str(raw.decode("utf-8"))
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        vocab = sorted((i, t) for t, i in self._tok.get_vocab(with_added_tokens=True).items())
+        self.vocab_hash = hashlib.sha256(json.dumps(vocab).encode("utf-8")).hexdigest()
         ids = [self._tok.token_to_id(token) for token in SPECIAL_TOKENS]
         if ids != list(range(len(SPECIAL_TOKENS))):
             raise ValueError(

@@ -72,6 +72,10 @@ class TrainConfig:
     save_checkpoint: bool = True
     """Write the final actor weights to ``RUN_DIR/checkpoint`` (the checkpoint format of
     ``core.model.checkpoint``): a trained run can then serve as a teacher or a new base."""
+    checkpoint_dir: str = ""
+    """Where the final checkpoint goes: empty = ``RUN_DIR/checkpoint``; else this directory
+    (relative paths from the repo root), e.g. ``runs/experts/addition``, the path the teacher
+    configs route to (``configs/expert_*.toml``)."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:

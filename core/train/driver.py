@@ -19,6 +19,8 @@ from core.run import (
 )
 from core.tokenizer.tokenizer import Tokenizer
 
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
 
 def resolve_config(config_path, overrides, *, steps=None, seed=None) -> RunConfig:
     extra = list(overrides or [])
@@ -138,16 +140,23 @@ def open_sink(telemetry: str, run_dir: Path, cfg: RunConfig, *, tok: Tokenizer):
 
 
 def save_final_checkpoint(session, run_dir: Path) -> Path:
-    """The actor's final weights as ``RUN_DIR/checkpoint`` (loadable as ``train.base_model``)."""
+    """The actor's final weights as ``RUN_DIR/checkpoint`` or ``train.checkpoint_dir`` (loadable
+    as ``train.base_model`` or as a teacher)."""
     from core.model.checkpoint import save_checkpoint
 
     out = run_dir / "checkpoint"
+    if session.cfg.train.checkpoint_dir:
+        out = Path(session.cfg.train.checkpoint_dir)
+        out = out if out.is_absolute() else REPO_ROOT / out
     meta = {
         "produced_by": "closedloop train",
         "run_id": run_dir.name,
         "policy_version": session.version,
         "tokenizer_rev": session.tok.revision,
         "chat_template_rev": chat_template_rev(session.cfg.env.name),
+        "vocab_hash": session.tok.vocab_hash,
+        "base_model": session.cfg.train.base_model,
+        "task": session.cfg.to_dict()["task"],
     }
     save_checkpoint(out, session.actor.named_weights(), session.model_cfg, meta)
     return out
@@ -180,9 +189,15 @@ def train_from_args(args) -> int:
     except ValueError as e:
         print(f"closedloop train: {e}", file=sys.stderr)
         return 2
-    run_dir, summary = run_training(
-        cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=args.name
-    )
+    from core.teachers.compat import TeacherIncompatible
+
+    try:
+        run_dir, summary = run_training(
+            cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=args.name
+        )
+    except (TeacherIncompatible, FileNotFoundError) as e:  # a teacher or reward model
+        print(f"closedloop train: {e}", file=sys.stderr)
+        return 2
     print_summary(run_dir, summary)
     return 0
 
@@ -214,12 +229,18 @@ def pretrain_from_args(args) -> int:
 
         build_tokenizer_asset()
     out = args.out or str(Path(__file__).resolve().parent.parent / "assets" / "base_model")
+    extra = {}
+    if args.seed is not None:
+        extra["seed"] = args.seed
+    if args.teacher_error_rate is not None:
+        extra["teacher_error_rate"] = args.teacher_error_rate
     pretrain(
         out,
         model_cfg=cfg.model,
         task_cfg=cfg.task,
         tok=Tokenizer.load(),
         steps=args.steps or PRETRAIN_STEPS,
+        **extra,
     )
     return 0
 

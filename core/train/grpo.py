@@ -1,11 +1,13 @@
-"""The synchronous GRPO loop, as the seed writes it: collect → score → advantages → update → sync.
+"""The synchronous loop, as the seed writes it: collect → rewards → score → advantages → update → sync.
 
     traj        = collect(envs × G, rollout engine)          # exact ids, rollout log-probs, versions
     drop samples with v_train − min(token version) > τ       # recorded as ``stale``
+    R           = Σ w_k R_k − Σ λ_j P_j                      # mixed reward (core.rewards.mix)
     train_lp    = actor.logprob(traj.exact_ids)              # never re-tokenized
-    Â           = grpo(rewards) broadcast to tokens           # (R − mean) / (std + ε)
+    teacher_lp  = teacher[domain].prefill_and_score(ids)     # routed teachers (core.teachers)
+    Â           = grpo(R) | w·sg(teacher_lp − train_lp) | both   (core.train.objective)
     trust       = icepop | dis (train_lp, rollout_lp)         # 1/β ≤ exp(Δ) ≤ β
-    loss        = Σ terms: clipped policy loss over trusted tokens
+    loss        = Σ terms: clipped policy loss [+ w·Top-k reverse KL] over trusted tokens
     optimizer.step(); version += 1 — unless nothing is trusted (then no step, recorded as skipped)
     every K versions: weight_sync(actor → rollout), probe
 
@@ -18,13 +20,14 @@ import time
 
 import torch
 
-from core.algorithms.advantage import grpo_token_advantages
 from core.algorithms.policy_loss import policy_loss
 from core.algorithms.trust import REASON, trust_mask
 from core.rollout.collect import collect
 from core.rollout.trajectories import Trajectories
+from core.teachers.score import TeacherBatch, score_with_teachers
 from core.train.loop import run_steps
-from core.train.metrics import step_metrics
+from core.train.metrics import step_metrics, teacher_metrics
+from core.train.objective import distill_term, policy_trains, step_advantages
 from core.train.records import step_records
 from core.train.score import actor_forward, old_logp_pass, trainer_inputs
 from core.train.session import Session
@@ -62,13 +65,19 @@ def train_step(s: Session, step: int) -> dict:
     v_train = s.version
     staleness = traj.staleness(v_train)  # [B]
     traj.drop(staleness > alg.staleness_limit, "stale")  # τ, per sample
+    reward_m = s.rewards.apply(traj)  # R = Σ w_k R_k − Σ λ_j P_j, every component recorded
     fwd, sparse = score(s, traj)  # π_train (with grad), π_old; train/rollout sparse records
-    traj.advantages, adv_m = grpo_token_advantages(  # Â_i broadcast to its tokens
-        traj.reward, traj.generated, group_size=alg.group_size, eps=alg.adv_eps
-    )
+    teacher = teacher_scores(s, traj)  # routed teachers' log-probs on the exact ids, or None
+    traj.advantages, adv_m = step_advantages(traj, alg, teacher)  # grpo | opd | grpo+opd
     actions = traj.targets(traj.generated & traj.train_valid)  # [B, T-1]
     trusted, reason = trust(traj, actions, alg)  # icepop | dis | none, drops
-    terms = {"policy": policy_term(fwd.logp, traj, trusted, actions=actions, alg=alg)}
+    terms = {}
+    if policy_trains(alg):  # every kind but OPD through the Top-k term alone
+        terms["policy"] = policy_term(fwd.logp, traj, trusted, actions=actions, alg=alg)
+    if teacher is not None and alg.uses_teacher and alg.opd_loss == "topk":
+        terms["distill"] = distill_term(
+            fwd.logits, teacher, trusted, alg=alg, temperature=cfg.rollout.temperature
+        )
     s.memory.forward_end(fwd.logits, sparse=sparse)  # these stay alive for the step
     skip = None if bool(trusted.any()) else _skip_reason(traj)
     update = optimizer_step(s.models.actor, terms, memory=s.memory, skip_reason=skip)
@@ -84,8 +93,8 @@ def train_step(s: Session, step: int) -> dict:
         policy_version=s.version,
         reward_mean=float(adv_m["reward_mean"]),
         reward_std=float(adv_m["reward_std"]),
-        degenerate_group_fraction=float(adv_m["degenerate_fraction"]),
-        clip_fraction=float(terms["policy"][1]["clip_fraction"]),
+        degenerate_group_fraction=_opt_float(adv_m["degenerate_fraction"]),
+        clip_fraction=float(terms["policy"][1]["clip_fraction"]) if "policy" in terms else None,
         staleness_max=int(staleness.max()),
         rollout_time_s=t_rollout,
         train_time_s=t_train,
@@ -93,8 +102,21 @@ def train_step(s: Session, step: int) -> dict:
         lr=cfg.optim.lr,
         peak_memory_bytes=s.peak_memory(step),
         **(sparse.metrics() if sparse is not None else {}),  # topk / route agreement
+        **reward_m,  # judge_verifier_agreement
+        **(teacher_metrics(traj, teacher, opd=adv_m["opd"]) if teacher is not None else {}),
     )
-    record_step(s, traj, step=step, reason=reason, v_train=v_train, metrics=metrics, sparse=sparse)
+    record_step(
+        s,
+        traj,
+        step=step,
+        reason=reason,
+        v_train=v_train,
+        metrics=metrics,
+        sparse=sparse,
+        teacher=teacher,
+        opd=adv_m["opd"],
+        distill=terms.get("distill"),
+    )
     return metrics
 
 
@@ -113,6 +135,23 @@ def score(s: Session, traj: Trajectories):
     sparse = capture_sparse(s.actor, traj)  # DSA/MoE records (None if dense), before the probe
     traj.old_logp = {"rollout": traj.rollout_logp, "separate": separate}.get(alg.old_logp)
     return fwd, sparse
+
+
+def teacher_scores(s: Session, traj: Trajectories) -> TeacherBatch | None:
+    """Each sample hard-routed to its domain's teacher, which prefills its exact ids and sends
+    the configured payload (``Trajectories.teacher_logp``/``teacher_id``); None without teachers."""
+    if not s.models.teachers:
+        return None
+    tc = s.cfg.teachers
+    return score_with_teachers(
+        traj,
+        s.models.teachers,
+        s.teacher_routes,
+        mode=tc.payload,
+        k=tc.topk,
+        temperature=s.cfg.rollout.temperature,
+        memory=s.memory,
+    )
 
 
 def policy_term(logp, traj: Trajectories, trusted, *, actions, alg) -> tuple[torch.Tensor, dict]:
@@ -136,7 +175,19 @@ def policy_term(logp, traj: Trajectories, trusted, *, actions, alg) -> tuple[tor
     )
 
 
-def record_step(s: Session, traj: Trajectories, *, step, reason, v_train, metrics, sparse) -> None:
+def record_step(
+    s: Session,
+    traj: Trajectories,
+    *,
+    step,
+    reason,
+    v_train,
+    metrics,
+    sparse,
+    teacher=None,
+    opd=None,
+    distill=None,
+) -> None:
     """Emit every table's rows of the step (built in one place), then mark the step's end."""
     tables = step_records(
         traj,
@@ -146,6 +197,10 @@ def record_step(s: Session, traj: Trajectories, *, step, reason, v_train, metric
         metrics=metrics,
         const=s.run_constants,
         sparse=sparse,
+        teacher=teacher,
+        opd=opd,
+        opd_weight=s.cfg.algorithm.opd_weight,
+        distill=distill,
     )
     for table, columns in tables.items():
         s.telemetry.emit(table, columns)
@@ -171,6 +226,10 @@ def trust(traj: Trajectories, actions: torch.Tensor, alg) -> tuple[torch.Tensor,
     reason = torch.where(dropped & stale, REASON["stale"], reason).to(torch.int8)
     reason = torch.where(dropped & ~stale, REASON["dropped"], reason).to(torch.int8)
     return reason == REASON["kept"], reason
+
+
+def _opt_float(x) -> float | None:
+    return None if x is None else float(x)
 
 
 def _skip_reason(traj: Trajectories) -> str:

@@ -4,7 +4,8 @@
 included) and handing its metrics to ``progress``; evaluates every ``train.eval_every`` steps and
 once at the end with ``evaluate_fn``; ``stop`` (e.g. the async rollout workers) runs when the steps
 end, also on an error, before the last evaluation; then the memory ledger is closed (its last
-events written; it raises if a non-persistent object was never freed).
+events written; it raises if a non-persistent object was never freed). Per-domain accuracies of
+the first and last evaluation (``s.eval_by_domain``, e.g. per arithmetic operation) come back too.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ def run_steps(
     first: float | None = None,
     stop: Callable | None = None,
 ) -> dict:
-    """Train ``steps`` steps; returns ``eval_accuracy_start``/``_end`` and the per-step metrics.
-    ``first``: the step-0 evaluation if the caller already ran it."""
+    """Train ``steps`` steps; returns ``eval_accuracy_start``/``_end``, ``eval_by_domain_start``/
+    ``_end`` and the per-step metrics. ``first``: the step-0 evaluation if the caller already ran
+    it."""
     first = evaluate_fn(s, 0) if first is None else first
+    first_by_domain = dict(getattr(s, "eval_by_domain", {}))
     history = []
     try:
         for step in range(steps):
@@ -45,4 +48,10 @@ def run_steps(
             stop()
     last = evaluate_fn(s, steps) if steps else first
     s.memory.finish()
-    return {"eval_accuracy_start": first, "eval_accuracy_end": last, "steps": history}
+    return {
+        "eval_accuracy_start": first,
+        "eval_accuracy_end": last,
+        "eval_by_domain_start": first_by_domain,
+        "eval_by_domain_end": dict(getattr(s, "eval_by_domain", {})),
+        "steps": history,
+    }

@@ -210,13 +210,42 @@ class TrainingMemory:
             self.ledger.transfer(name, owner="trainer")
         self._step_io[name] = (tensors, {leaf_key(t) for t in tensors})
 
+    # ------------------------------------------------------------------ teachers
+    def teachers_loaded(self, teachers: Mapping[str, Any]) -> None:
+        """Each teacher's weights are its own persistent ``model_state`` (owner ``teacher/<id>``);
+        its engine reports its KV caches under the same owner."""
+        for tid, teacher in teachers.items():
+            owner = f"teacher/{tid}"
+            for name, obj in teacher.weights.items():
+                for sub, leaf, packed in iter_leaves(obj, name):
+                    self._create_leaf(
+                        f"{owner}/weights/{sub}",
+                        leaf,
+                        packed,
+                        category="model_state",
+                        owner=owner,
+                        producer="teacher.load",
+                        consumer="teacher.prefill",
+                        persistent=True,
+                    )
+            teacher.engine.memory_hooks = _OwnedCaches(self, owner)
+
+    def teacher_payload(self, teacher_id: str, scores: Any) -> None:
+        """A teacher's payload for the step (live IO, teacher -> trainer, freed at step end)."""
+        self._live_io(
+            f"teacher/{teacher_id}/payload",
+            scores,
+            producer="teacher.prefill_and_score",
+            owner=f"teacher/{teacher_id}",
+        )
+
     # ------------------------------------------------------------------ rollout engine
-    def kv_cache_allocated(self, cache: Any) -> None:
+    def kv_cache_allocated(self, cache: Any, *, owner: str = "rollout") -> None:
         """A KV cache was allocated; its ledger object is freed when its tensors die."""
         nbytes, tensors, dtypes = distinct_bytes(cache, set())
         if not tensors:
             return
-        name = f"rollout/kv_cache/{next(self._kv_ids)}"
+        name = f"{owner}/kv_cache/{next(self._kv_ids)}"
         self.ledger.create(
             name,
             "saved_activations",
@@ -224,9 +253,9 @@ class TrainingMemory:
             logical_shape=(len(tensors), *tensors[0].shape),
             dtype="/".join(sorted(dtypes)),
             layout=tensor_layout(tensors[0]),
-            producer="rollout.forward",
-            consumer="rollout.attention",
-            owner="rollout",
+            producer=f"{owner.split('/')[0]}.forward",
+            consumer=f"{owner.split('/')[0]}.attention",
+            owner=owner,
             device=str(tensors[0].device),
         )
         weakref.finalize(tensors[0], self._release, name)
@@ -374,3 +403,13 @@ class TrainingMemory:
                 persistent=persistent,
             )
         return True
+
+
+class _OwnedCaches:
+    """An engine's ``memory_hooks`` that books its KV caches under ``owner`` (a teacher's)."""
+
+    def __init__(self, memory: TrainingMemory, owner: str) -> None:
+        self.memory, self.owner = memory, owner
+
+    def kv_cache_allocated(self, cache: Any) -> None:
+        self.memory.kv_cache_allocated(cache, owner=self.owner)

@@ -3,7 +3,8 @@
 Denominators: token fractions are over the batch's action tokens (dropped samples' included), so
 ``masked_fraction`` counts every reason a token left the loss; ``stale_fraction`` is over
 samples, as the schema defines it. The loss columns: ``loss`` is the sum of the update's terms,
-``policy_loss`` its policy-gradient term.
+``policy_loss`` its policy-gradient term, ``distill_loss`` its Top-k reverse-KL term. Teacher
+columns (``teacher_metrics``) are over the teacher-scored tokens of the step.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def step_metrics(
     entropy = traj.targets(traj.entropy)
     return {
         "loss": float(update.loss),
-        "policy_loss": float(update.terms["policy"]),
+        "policy_loss": _term(update, "policy"),
+        "distill_loss": _term(update, "distill"),
         "optimizer_stepped": update.stepped,
         "skip_reason": update.skip_reason,
         "entropy": float(entropy[actions].mean()) if n_act else float("nan"),
@@ -55,4 +57,26 @@ def step_metrics(
         "mismatch_abs_mean": float(delta.mean()) if n_act else float("nan"),
         "mismatch_abs_p99": float(delta.quantile(0.99)) if n_act else float("nan"),
         "retokenized_fraction": float(retok.float().mean()) if n_act else 0.0,
+    }
+
+
+def _term(update: UpdateResult, name: str) -> float | None:
+    return float(update.terms[name]) if name in update.terms else None
+
+
+def teacher_metrics(traj: Trajectories, teacher, *, opd) -> dict:
+    """The teacher columns of the ``steps`` row.
+
+    Args:
+        teacher: the step's ``TeacherBatch``; opd: (log-ratio [B, T], its metrics) of
+            ``core.algorithms.opd.opd_token_advantages``.
+    """
+    scored = traj.token_aligned(teacher.scored, fill=False)  # [B, T]
+    n = int(scored.sum())
+    gap = (traj.train_logp - traj.teacher_logp)[scored]
+    return {
+        "teacher_payload": teacher.mode,
+        "teacher_payload_bytes": teacher.nbytes,
+        "teacher_kl": float(opd[1]["reverse_kl"]) if n else None,
+        "teacher_mismatch_abs_mean": float(gap.abs().mean()) if n else None,
     }

@@ -74,6 +74,7 @@ def pretrain(
                 "ops": list(task_cfg.ops),
             },
             "tokenizer_rev": tok.revision,
+            "vocab_hash": tok.vocab_hash,
             "chat_template_rev": CHAT_TEMPLATE_REV,
             "greedy_eval_accuracy": acc,
         }

@@ -20,6 +20,7 @@ from core.algorithms.trust import REASON
 from core.rollout.trajectories import Trajectories
 from core.tokenizer.tito import unpadded_prefix_hashes
 from core.train.sparse_records import sparse_rows
+from core.train.teacher_records import teacher_route_rows, teacher_token_columns
 from observability.sampling import keep_tokens_for
 
 
@@ -51,6 +52,10 @@ def step_records(
     metrics: dict,
     const: RunConstants,
     sparse=None,
+    teacher=None,
+    opd=None,
+    opd_weight: float = 1.0,
+    distill=None,
 ) -> dict[str, dict]:
     """Every table's columns for ``step``: ``{table: {column: values}}`` (tables with rows).
 
@@ -59,6 +64,8 @@ def step_records(
         reason: [B, T] int8 mask-reason codes, token-aligned.
         v_train: the policy version the step trained (staleness is measured against it).
         metrics: the step's scalar metrics (the ``steps`` row).
+        teacher: the step's ``TeacherBatch`` (None without teachers), with ``opd`` (the OPD
+            log-ratio and its metrics), ``opd_weight`` and ``distill`` (the Top-k term or None).
     """
     keep = keep_tokens_for(_np(traj.sample_id), const.token_sample_rate)
     out = {
@@ -66,7 +73,11 @@ def step_records(
         "reward_components": reward_component_rows(traj, step=step),
     }
     if keep.any():
-        out["tokens"] = token_rows(traj, step=step, reason=reason, keep=keep)
+        out["tokens"] = token_rows(traj, step=step, reason=reason, keep=keep, teacher=teacher)
+    if teacher is not None and any(x is not None for x in traj.teacher_id):
+        out["teacher_routes"] = teacher_route_rows(
+            traj, teacher, step=step, opd=opd, opd_weight=opd_weight, distill=distill
+        )
     if sparse is not None:
         out.update(sparse_rows(sparse, step=step, sample_ids=traj.sample_id, keep=keep))
     out["steps"] = {k: [v] for k, v in metrics.items()} | {
@@ -76,7 +87,9 @@ def step_records(
     return out
 
 
-def token_rows(traj: Trajectories, *, step: int, reason: torch.Tensor, keep: np.ndarray) -> dict:
+def token_rows(
+    traj: Trajectories, *, step: int, reason: torch.Tensor, keep: np.ndarray, teacher=None
+) -> dict:
     """Columns of ``tokens``: one row per real token of the kept samples."""
     b, t = traj.ids.shape
     sel = traj.valid & torch.as_tensor(keep)[:, None]  # [B, T]
@@ -108,7 +121,11 @@ def token_rows(traj: Trajectories, *, step: int, reason: torch.Tensor, keep: np.
         "prefix_hash": _np(unpadded_prefix_hashes(traj.ids, traj.valid)[sel]),
         "policy_version_rollout": _masked(version, _np(version >= 0)),
     }
-    if traj.teacher_logp is not None:
+    if teacher is not None:
+        scored = _np(traj.token_aligned(teacher.scored, fill=False)[sel])
+        cols["teacher_logp"] = _masked(traj.teacher_logp[sel], scored)
+        cols |= teacher_token_columns(traj, teacher, sel=sel)
+    elif traj.teacher_logp is not None:
         cols["teacher_logp"] = _masked(traj.teacher_logp[sel], gen)
     for name in ("turn", "kv_version"):
         x = getattr(traj, name)
@@ -179,6 +196,8 @@ def reward_component_rows(traj: Trajectories, *, step: int) -> dict:
         "step": step,
         "component": [k for k in names for _ in range(n)],
         "value": np.ma.masked_invalid(np.concatenate(values) if values else np.zeros(0)),
-        "weight": 1.0,
-        "failure_reason": traj.failure_reason * len(names),
+        "weight": np.repeat([float(traj.reward_weights.get(k, 1.0)) for k in names], n),
+        "failure_reason": [
+            r for k in names for r in traj.reward_failures.get(k, traj.failure_reason)
+        ],
     }

@@ -1,5 +1,5 @@
-"""Everything a training run holds: models (actor + optimizer, …), rollout engine, environments,
-weight sync, memory ledger, telemetry.
+"""Everything a training run holds: models (actor + optimizer, teachers, …), rollout engine,
+environments, reward mixer, weight sync, memory ledger, telemetry.
 
 Built once from a ``RunConfig``; the loop functions in ``core.train.grpo`` take it as their only
 state. The policy version starts at 0 (the base model) and increments per optimizer step.
@@ -21,9 +21,11 @@ from core.model.dsa_warmup import warmup_indexers
 from core.model.source import load_policy
 from core.model.upcycle import sparse_from_dense
 from core.quant.wiring import build_quant_wiring
+from core.rewards.mix import RewardMixer
 from core.rollout.engine import RolloutEngine, left_pad
 from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
+from core.teachers.routing import load_teachers
 from core.tokenizer.chat_template import encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
 from core.train.critic import build_critic
@@ -141,6 +143,19 @@ class Session:
         )
         for model in self.models.trainable()[1:]:  # the actor is tracked above
             self.memory.add_model(model.name, model.module, model.optimizer)
+        student = {
+            "tokenizer_rev": self.tok.revision,
+            "vocab_hash": self.tok.vocab_hash,
+            "chat_template_rev": chat_template_rev(cfg.env.name),
+            "vocab_size": self.model_cfg.vocab_size,
+        }
+        # teachers: domain -> teacher id, and the engines (compatibility checked on load)
+        self.teacher_routes, self.models.teachers = load_teachers(
+            cfg.teachers, repo_root=REPO_ROOT, **student
+        )
+        self.memory.teachers_loaded(self.models.teachers)
+        self.rewards = RewardMixer(cfg.rewards, tok=self.tok, repo_root=REPO_ROOT, student=student)
+        self.eval_by_domain: dict[str, float] = {}  # the latest evaluation, per domain
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
         self.version = 0
         self.ids = IdCounter()

@@ -319,6 +319,16 @@ def test_teacher_scored_sample_missing_one_teacher_log_prob(run):
     edit_rows(run, "samples", pl.col("sample_id") == s, {"teacher_id": "ct-teacher"})
     scored = (pl.col("sample_id") == s) & (pl.col("role") == "action") & (pl.col("pos") != last)
     edit_rows(run, "tokens", scored, {"teacher_logp": -1.0})
-    gate = gate_failing_only(run, {"teacher_quant.teacher_logps_present"})
+    # the injected sample also has no route row and its tokens no teacher prefix hash: the
+    # route and same-ids checks fail too (tests/contracts/test_teacher_injections.py injects
+    # each of those alone into a real teacher run)
+    gate = gate_failing_only(
+        run,
+        {
+            "teacher_quant.teacher_logps_present",
+            "teacher_quant.teacher_routes_traceable",
+            "teacher_quant.teacher_same_ids",
+        },
+    )
     (ex,) = gate.result("teacher_quant.teacher_logps_present").examples
     assert (ex["sample_id"], ex["n_missing_teacher_logp"], ex["first_missing_pos"]) == (s, 1, last)

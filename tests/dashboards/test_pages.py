@@ -62,7 +62,11 @@ EMPTY_NOTES = {
     "Quantization": ["quantization parameters"],
     "Contracts": ["contract results"],
     "Agents": ["turns"],
+    "Teachers": ["teacher routes"],
+    "Rewards": ["judge verdicts"],
 }
+TEACHER_PAGES = ("Teachers", "Rewards")
+"""Drawn over a run with teachers and mixed rewards (tests/dashboards/test_teacher_pages.py)."""
 
 
 @pytest.mark.parametrize("page", list(AGENTIC_EXPECTED))
@@ -77,7 +81,7 @@ def test_agentic_pages(page, monkeypatch, dash_root, agentic):
         assert any(t.startswith("Environment latency (p50") for t in figs), list(figs)
 
 
-OWN_RUN_PAGES = ("Agents", "Long horizon")
+OWN_RUN_PAGES = ("Agents", "Long horizon", *TEACHER_PAGES)
 """Pages whose data only runs of another algorithm have (tested with those runs)."""
 
 

@@ -45,7 +45,12 @@ def execute(name: str, **params) -> dict:
 
 def test_notebooks_are_committed_without_outputs():
     paths = sorted(NOTEBOOKS.glob("*.ipynb"))
-    assert {p.stem for p in paths} >= {"investigate_collapse", "train_infer_gap", "memory"}
+    assert {p.stem for p in paths} >= {
+        "investigate_collapse",
+        "train_infer_gap",
+        "memory",
+        "opd_vs_mixrl",
+    }
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
@@ -102,3 +107,27 @@ def test_memory_notebook_breaks_down_the_peak(tmp_path_factory):
         [step],
     ).fetchall()
     assert (s["top_category"], s["top_owner"]) == (category, owner)
+
+
+@pytest.mark.slow
+def test_opd_vs_mixrl_reproduces_the_benchmark_table(tmp_path):
+    """The MOPD benchmark at toy size (a few steps per run), then the notebook over its runs: the
+    notebook's table and initial KLs are the benchmark's own (both read the telemetry)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "mopd.py"
+    spec = importlib.util.spec_from_file_location("bench_mopd", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    root = tmp_path / "mopd"
+    args = ["--expert-steps", "2", "--student-steps", "2", "--pretrain-steps", "20"]
+    args += ["--eval-per-domain", "8", "--prompts", "16", "--topk", "4", "--run-dir", str(root)]
+    assert bench.main(args) == 0
+    table, kl = bench.tables(root)
+    s = execute("opd_vs_mixrl", runs=str(root))
+    assert s["mean"] == pytest.approx(dict(zip(table["arm"], table["mean"])))
+    assert list(s["mean"]) == ["sft-base", "mopd-sampled", "mopd-topk", "mixrl"]
+    assert s["initial_kl"] == pytest.approx(kl)
+    # a teacher pretrained 20 steps from another initialisation is far from the SFT base
+    assert s["initial_kl"]["kl-off-source"] > 10 * s["initial_kl"]["kl-same-source"]
+    assert s["kl_steps"] == 2

@@ -15,13 +15,14 @@ PUBLIC = {
     "icepop_masked_fraction clip_fraction mismatch_abs_mean mismatch_abs_p99 staleness_max "
     "degenerate_group_fraction step_time_s rollout_time_s train_time_s peak_memory_bytes "
     "topk_agreement route_agreement teacher_mismatch_abs_mean dis_low_fraction dis_high_fraction "
-    "stale_fraction eval_accuracy retokenized_fraction kl_ref",
+    "stale_fraction eval_accuracy retokenized_fraction kl_ref teacher_payload teacher_payload_bytes "
+    "teacher_kl distill_loss judge_verifier_agreement",
     "samples": "run_id sample_id step prompt_id group_id domain engine policy_version_rollout "
     "policy_version_train staleness reward advantage n_prompt_tokens n_response_tokens status "
     "failure_reason tokenizer_rev chat_template_rev sampling teacher_id response_text finish_reason",
     "tokens": "run_id step sample_id pos token_id role loss_mask rollout_logp train_logp old_logp "
     "teacher_logp ratio trust_mask mask_reason advantage entropy prefix_hash "
-    "policy_version_rollout train_token_id teacher_id",
+    "policy_version_rollout train_token_id teacher_id teacher_prefix_hash",
     "reward_components": "run_id sample_id component value weight failure_reason",
     "topk": "run_id step sample_id layer pos engine k indices index_hash boundary_ties",
     "moe_routes": "run_id step sample_id layer pos engine experts",
@@ -45,6 +46,9 @@ PUBLIC = {
     # schema version 3 (critic and compaction)
     "compactions": "run_id step sample_id parent_sample_id segment context_len_before "
     "context_len_after summary_len tail_pairs summary_finished",
+    # schema version 4 (teachers and mixed rewards)
+    "teacher_routes": "run_id step domain teacher_id payload n_samples n_tokens payload_bytes "
+    "reverse_kl opd_adv_mean opd_adv_std topk_kl",
 }
 AGENTIC = {  # columns schema version 2 added to existing tables
     "steps": "queue_depth in_flight worker_busy_fraction rollout_wait_s n_env_failures "
@@ -54,9 +58,18 @@ AGENTIC = {  # columns schema version 2 added to existing tables
 }
 
 
-def test_schema_version_2_columns():
-    assert SCHEMA_VERSION >= 2
+TEACHERS = {  # columns schema version 4 (teachers and mixed rewards) added to existing tables
+    "steps": "teacher_payload teacher_payload_bytes teacher_kl distill_loss "
+    "judge_verifier_agreement",
+    "tokens": "teacher_prefix_hash",
+}
+
+
+def test_schema_version_2_and_4_columns():
+    assert SCHEMA_VERSION >= 4
     for name, cols in AGENTIC.items():
+        assert set(cols.split()) <= set(TABLES[name].column_names), name
+    for name, cols in TEACHERS.items():
         assert set(cols.split()) <= set(TABLES[name].column_names), name
 
 
@@ -68,7 +81,7 @@ LONG_HORIZON = {  # columns schema version 3 (critic and compaction) added to ex
 
 
 def test_critic_and_compaction_columns():
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION >= 3
     for name, cols in LONG_HORIZON.items():
         assert set(cols.split()) <= set(TABLES[name].column_names), name
     for col in ("value", "return"):

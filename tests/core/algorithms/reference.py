@@ -100,3 +100,33 @@ def naive_clipped_per_token(
         losses.append(lrow)
         clipped_flags.append(crow)
     return losses, clipped_flags
+
+
+def naive_opd(
+    teacher_logp: torch.Tensor, student_logp: torch.Tensor, tokens: torch.Tensor
+) -> list[list[float]]:
+    """[B, T] → per-token teacher − student on ``tokens``, 0.0 elsewhere."""
+    out = []
+    for tr, sr, mr in zip(teacher_logp.tolist(), student_logp.tolist(), tokens.tolist()):
+        out.append([t - s if m else 0.0 for t, s, m in zip(tr, sr, mr)])
+    return out
+
+
+def naive_topk_kl_per_position(
+    logits: torch.Tensor, teacher_ids: torch.Tensor, teacher_logp: torch.Tensor
+) -> list[list[float]]:
+    """[B, T, V] logits, [B, T, K] teacher ids/log-probs → ℓ_t per position, one term at a time."""
+    out = []
+    for lrow, irow, trow in zip(logits.tolist(), teacher_ids.tolist(), teacher_logp.tolist()):
+        row = []
+        for lg, ids, tlp in zip(lrow, irow, trow):
+            z = max(lg)
+            log_norm = z + math.log(sum(math.exp(x - z) for x in lg))
+            total = 0.0
+            for v, lt in zip(ids, tlp):
+                ls = lg[v] - log_norm
+                ps, pt = math.exp(ls), math.exp(lt)
+                total += ps * (ls - lt) - ps + pt
+            row.append(total)
+        out.append(row)
+    return out

@@ -1,0 +1,67 @@
+"""Top-k reverse KL to a teacher (MOPD's Top-k form), with the truncation correction.
+
+Design. The teacher sends, per position, its K most likely token ids and their log-probs under
+its *full* distribution (not renormalized over K). The student's log-probs come from its full
+softmax (at the sampling temperature) gathered at those ids. Per position
+
+    ℓ_t = Σ_{v∈K_t} [ π_θ(v) log(π_θ(v) / π_T(v)) − π_θ(v) + π_T(v) ],
+
+the generalized KL of the two unnormalized restrictions to K: every term p log(p/q) − p + q is
+≥ 0 and is 0 only at p = q, and ∂ℓ/∂π_θ(v) = log(π_θ(v)/π_T(v)), so the optimum on K is π_θ = π_T
+(the plain truncated sum Σ_K π_θ log(π_θ/π_T) would instead push mass outside K). When K is the
+whole vocabulary Σ(π_T − π_θ) = 0 and ℓ_t is the full reverse KL. Positions are aggregated with
+``core.algorithms.aggregation`` (the denominator is explicit). All math in fp32 (fp64 if given);
+masked positions may hold any values (they are zeroed before any product).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.algorithms.aggregation import aggregate
+
+
+def topk_reverse_kl(
+    logits: torch.Tensor,
+    teacher_ids: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    agg_mode: str = "token-mean",
+    denominator: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """The Top-k reverse-KL loss of the student towards the teacher.
+
+    Args:
+        logits: [B, T, V] student logits (with grad), position t predicting token t + 1.
+        teacher_ids: [B, T, K] int64, the teacher's Top-k token ids per position.
+        teacher_logp: [B, T, K] fp32, the teacher's log-probs of those ids (full softmax).
+        mask: [B, T] bool, positions in the loss.
+    Returns:
+        (loss scalar, metrics: ``per_position`` [B, T] detached ℓ_t, ``topk_kl`` (the loss,
+        detached), ``teacher_mass`` and ``student_mass``: mean Σ_K π over ``mask``).
+    """
+    if teacher_ids.shape != teacher_logp.shape or teacher_ids.shape[:2] != mask.shape:
+        raise ValueError(
+            f"teacher_ids {tuple(teacher_ids.shape)}, teacher_logp {tuple(teacher_logp.shape)} "
+            f"and mask {tuple(mask.shape)} must agree on [B, T(, K)]"
+        )
+    logp_all = (logits / temperature).log_softmax(dim=-1)  # [B, T, V]
+    logp_s = logp_all.gather(-1, teacher_ids)  # [B, T, K]
+    keep = mask[..., None]
+    zero = torch.zeros((), dtype=logp_s.dtype)
+    logp_s = torch.where(keep, logp_s, zero)
+    logp_t = torch.where(keep, teacher_logp.to(logp_s.dtype), zero)
+    p_s, p_t = logp_s.exp(), logp_t.exp()
+    per_position = (p_s * (logp_s - logp_t) - p_s + p_t).sum(-1)  # [B, T]
+    loss = aggregate(per_position, mask, mode=agg_mode, denominator=denominator)
+    m = mask.to(p_s.dtype)
+    n = m.sum().clamp_min(1.0)
+    metrics = {
+        "per_position": per_position.detach(),
+        "topk_kl": loss.detach(),
+        "teacher_mass": (p_t.sum(-1) * m).sum() / n,
+        "student_mass": (p_s.detach().sum(-1) * m).sum() / n,
+    }
+    return loss, metrics
