@@ -100,9 +100,20 @@ def test_config_requires_teachers_for_opd_and_a_distribution_for_topk():
         None, ['algorithm.advantage="opd"', "algorithm.group_size=1", 'teachers.routes={"*" = "x"}']
     )
     assert cfg.algorithm.group_size == 1 and cfg.teachers.routes == {"*": "x"}
-    with pytest.raises(ConfigError, match="rollout.mode='async' trains with the environment"):
+    only_sync_grpo = "applied by the sync GRPO loop only"
+    with pytest.raises(ConfigError, match=only_sync_grpo):
         load_config(None, ['rollout.mode="async"', 'teachers.routes={"*" = "x"}'])
-    with pytest.raises(ConfigError, match="rollout.mode='async' trains with the environment"):
+    with pytest.raises(ConfigError, match=only_sync_grpo):
         load_config(None, ['rollout.mode="async"', "rewards.penalties={length = 0.1}"])
+    with pytest.raises(ConfigError, match="algorithm.advantage='opd' needs algorithm.name='grpo'"):
+        load_config(
+            None,
+            [
+                'algorithm.name="sao"',
+                "algorithm.group_size=1",
+                'algorithm.advantage="opd"',
+                'teachers.routes={"*" = "x"}',
+            ],
+        )
     with pytest.raises(ConfigError, match="teachers.payload='logits'"):
         load_config(None, ['teachers.payload="logits"'])
