@@ -13,7 +13,8 @@ from core.envs.protocol import StepResult
 from core.rewards.config import RewardConfig
 from core.rewards.mix import RewardMixer, judge_agreement, total_reward
 from core.rewards.rules import format_reward, length_penalty
-from core.rollout.collect import _Episode, assemble
+from core.rollout.collect import assemble
+from core.rollout.episode import EpisodeRecord
 from core.tokenizer.tokenizer import Tokenizer
 
 NAN = math.nan
@@ -41,7 +42,7 @@ def _traj(tok, cases):
     """Trajectories from (response ids, finished, text, verifier) cases."""
     eps = []
     for ids, finished, text, verifier in cases:
-        e = _Episode(_Env(text, verifier), [1, 3, 20, 4])
+        e = EpisodeRecord(_Env(text, verifier), [1, 3, 20, 4])
         e.add(ids, "action", [-0.1] * len(ids), 0)
         e.finished, e.turns, e.done = finished, 1, True
         e.rewards = {"verifier": verifier}
