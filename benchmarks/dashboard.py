@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import observability
+from dashboards import memory_queries as mq
 from dashboards import queries as q
 from dashboards import synthetic
 from observability.compact import compact
@@ -71,12 +72,12 @@ def panels(con) -> list[tuple[str, str, Callable[[], object]]]:
             "Memory",
             "peaks by category / owner",
             lambda: (
-                q.memory_ranks(con),
-                q.memory_peaks(con, rank=0, by="category"),
-                q.memory_peaks(con, rank=0, by="owner"),
+                mq.memory_ranks(con),
+                mq.memory_peaks(con, rank=0, by="category"),
+                mq.memory_peaks(con, rank=0, by="owner"),
             ),
         ),
-        ("Memory", "live bytes", lambda: q.live_bytes(con, rank=0)),
+        ("Memory", "live bytes", lambda: mq.live_bytes(con, rank=0)),
         ("Contracts", "latest results", lambda: q.contract_latest(con)),
         (
             "Token view",

@@ -3,7 +3,7 @@ worker's weight switches (async runs); weight-sync phases as a timeline."""
 
 from __future__ import annotations
 
-from dashboards import charts, queries, ui
+from dashboards import agent_queries, charts, queries, ui
 from observability.enums import SYNC_PHASES
 
 
@@ -34,7 +34,7 @@ def body(runs) -> None:
             ),
             "vr_steps",
         )
-    spread = ui.gather(runs, queries.version_spread)
+    spread = ui.gather(runs, agent_queries.version_spread)
     if not spread.empty and spread["spread"].max() > 0:  # async runs: a switch inside a sample
         ui.chart(
             charts.bars(
@@ -46,7 +46,7 @@ def body(runs) -> None:
             ),
             "vr_spread",
         )
-    switches = ui.gather(runs, queries.worker_switches)
+    switches = ui.gather(runs, agent_queries.worker_switches)
     if not switches.empty:
         ui.chart(
             charts.run_lines(

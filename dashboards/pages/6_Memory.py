@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, queries, ui
+from dashboards import charts, memory_queries, ui
 from observability.enums import MEMORY_CATEGORIES
 
 GIB = float(1 << 30)
@@ -29,7 +29,7 @@ def live_grid(live: pd.DataFrame) -> pd.DataFrame:
 
 def per_rank(runs) -> None:
     """Step time and peak memory of every rank, one line per (run, rank); multi-rank runs only."""
-    frame = ui.gather(runs, queries.rank_steps)
+    frame = ui.gather(runs, memory_queries.rank_steps)
     if frame.empty or frame["rank"].nunique() < 2:
         return
     frame = frame.assign(
@@ -57,7 +57,7 @@ def per_rank(runs) -> None:
 def body(runs) -> None:
     per_rank(runs)
     ranks = sorted(
-        {r for run in runs for r in ui.handle(str(run.path)).query(queries.memory_ranks)}
+        {r for run in runs for r in ui.handle(str(run.path)).query(memory_queries.memory_ranks)}
     )
     if not ranks:
         ui.no_data("memory ledger rows (memory_peaks, memory_events)")
@@ -69,7 +69,7 @@ def body(runs) -> None:
         key="mem_margin",
     )
     for by, key in (("category", "mem_cat"), ("owner", "mem_owner")):
-        peaks = ui.gather(runs, queries.memory_peaks, rank=rank, by=by)
+        peaks = ui.gather(runs, memory_queries.memory_peaks, rank=rank, by=by)
         if peaks.empty:
             ui.no_data("memory peaks")
             break
@@ -90,7 +90,7 @@ def body(runs) -> None:
             ),
             key,
         )
-    live = ui.gather(runs, queries.live_bytes, rank=rank)
+    live = ui.gather(runs, memory_queries.live_bytes, rank=rank)
     if live.empty:
         ui.no_data("memory events")
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dashboards import charts, queries, ui
+from dashboards import agent_queries, charts, ui
 
 
 def latency_histogram(lat: pd.DataFrame, bins: int = 30) -> pd.DataFrame:
@@ -21,12 +21,12 @@ def latency_histogram(lat: pd.DataFrame, bins: int = 30) -> pd.DataFrame:
 
 
 def body(runs) -> None:
-    timeline = ui.gather(runs, queries.turn_timeline)
+    timeline = ui.gather(runs, agent_queries.turn_timeline)
     if timeline.empty:
         ui.no_data("turns (async multi-turn rollout)")
         return
     ui.chart(charts.worker_timeline(timeline), "ag_timeline")
-    turns = ui.gather(runs, queries.turns_per_sample)
+    turns = ui.gather(runs, agent_queries.turns_per_sample)
     ui.chart(
         charts.bars(
             turns,
@@ -39,7 +39,7 @@ def body(runs) -> None:
         ),
         "ag_turns",
     )
-    lat = ui.gather(runs, queries.env_latency)
+    lat = ui.gather(runs, agent_queries.env_latency)
     if lat.empty:
         ui.no_data("environment latencies")
     else:
@@ -68,7 +68,7 @@ def body(runs) -> None:
         ),
         "ag_failures",
     )
-    failures = ui.gather(runs, queries.env_failures)
+    failures = ui.gather(runs, agent_queries.env_failures)
     if not failures.empty:
         ui.chart(
             charts.bars(

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dashboards import memory_queries as mq
 from dashboards import queries as q
 from observability import DuckDBTelemetry, TelemetryConfig, open_run
 
@@ -187,7 +188,7 @@ def test_live_bytes_golden(tmp_path):
         "event_id": [0, 1, 2, 3, 4],
     }
     write(tmp_path / "m", {"memory_events": [ev]})
-    out = q.live_bytes(open_run(tmp_path / "m"), rank=0, points=1000)
+    out = mq.live_bytes(open_run(tmp_path / "m"), rank=0, points=1000)
     series = {
         k: g.sort_values("ts")["live"].tolist() for k, g in out.groupby(["device", "category"])
     }
@@ -222,7 +223,7 @@ def test_values_are_bound_not_spliced(bf16):
     with pytest.raises(duckdb.ConversionException):
         q.samples_at(con, step="0 OR 1=1")  # a bound BIGINT parameter, never SQL text
     with pytest.raises(ValueError, match="'category' or 'owner'"):
-        q.memory_peaks(con, rank=0, by="category; DROP VIEW tokens")
+        mq.memory_peaks(con, rank=0, by="category; DROP VIEW tokens")
     assert con.execute("SELECT count(*) FROM tokens").fetchall()[0][0] > 0
 
 
