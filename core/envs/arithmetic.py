@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from core.envs.protocol import StepResult
+from core.envs.protocol import StepResult, render_text
 from core.tasks.arithmetic import ArithmeticConfig, Problem, eval_set, make_prompts, verify
 from core.tokenizer.chat_template import encode_prompt
 from core.tokenizer.tokenizer import Tokenizer
@@ -48,10 +48,7 @@ class ArithmeticEnv:
         return ArithmeticEnv(self.problem, self.tok)
 
     def render(self, ids: list[int]) -> str:
-        ids = list(ids)
-        if ids and ids[-1] == self.tok.eos_id:
-            ids = ids[:-1]
-        return self.tok.decode(ids)
+        return render_text(self.tok, ids)
 
 
 @dataclass

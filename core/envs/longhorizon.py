@@ -20,7 +20,7 @@ import random
 import string
 from dataclasses import dataclass
 
-from core.envs.protocol import StepResult
+from core.envs.protocol import StepResult, render_text
 from core.tokenizer.tokenizer import ASSISTANT, BOS, USER, Tokenizer
 
 HOLDOUT_MOD = 8
@@ -137,10 +137,7 @@ class LongHorizonEnv:
         )
 
     def render(self, ids: list[int]) -> str:
-        ids = list(ids)
-        if ids and ids[-1] == self.tok.eos_id:
-            ids = ids[:-1]
-        return self.tok.decode(ids)
+        return render_text(self.tok, ids)
 
 
 @dataclass

@@ -86,3 +86,11 @@ class EnvSource(Protocol):
     def eval_set(self, n: int) -> list[Environment]:
         """The fixed held-out episodes (never drawn for training)."""
         ...
+
+
+def render_text(tok, ids: list[int]) -> str:
+    """The text of ``ids`` for humans and judges: decoded by ``tok`` without a trailing EOS."""
+    ids = list(ids)
+    if ids and ids[-1] == tok.eos_id:
+        ids = ids[:-1]
+    return tok.decode(ids)

@@ -20,7 +20,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from core.envs.protocol import StepResult
+from core.envs.protocol import StepResult, render_text
 from core.envs.tool_protocol import calculate, encode_observation, is_call, parse_call
 from core.tasks.arithmetic import Problem, is_held_out, verify
 from core.tokenizer.chat_template import encode_prompt
@@ -212,10 +212,7 @@ class ToolEnv:
         return encode_observation(result, tok=self.tok)
 
     def render(self, ids: list[int]) -> str:
-        ids = list(ids)
-        if ids and ids[-1] == self.tok.eos_id:
-            ids = ids[:-1]
-        return self.tok.decode(ids)
+        return render_text(self.tok, ids)
 
 
 @dataclass
