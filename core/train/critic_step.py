@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-from core.algorithms.policy_loss import policy_loss
 from core.rollout.trajectories import Trajectories
 from core.train.critic import critic_updates, gae_targets
-from core.train.grpo import _skip_reason, record_step, score, trust
+from core.train.grpo import _skip_reason, policy_term, record_step, score, trust
 from core.train.metrics import step_metrics
 from core.train.session import Session
 from core.train.update import optimizer_step
@@ -69,20 +68,8 @@ def critic_update(
     actions = traj.targets(traj.generated & traj.train_valid)  # [B, T-1]
     trusted, reason = trust(traj, actions, alg)
     denominator = traj.targets(traj.loss_mask & traj.train_valid).sum()  # |M|
-    old = traj.old_logp if traj.old_logp is not None else traj.train_logp
-    terms = {
-        "policy": policy_loss(
-            fwd.logp,
-            traj.targets(old),
-            traj.targets(traj.advantages),
-            trusted,
-            kind=alg.policy_loss,
-            eps_low=alg.eps_low,
-            eps_high=alg.eps_high,
-            agg_mode=alg.loss_agg_mode,
-            denominator=denominator,
-        )
-    }
+    policy = policy_term(fwd.logp, traj, trusted, actions=actions, alg=alg, denominator=denominator)
+    terms = {"policy": policy}
     s.memory.forward_end(fwd.logits, sparse=sparse)
     skip = None if bool(trusted.any()) else _skip_reason(traj)
     if step < cfg.critic.warmup_steps:

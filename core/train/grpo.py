@@ -154,12 +154,15 @@ def teacher_scores(s: Session, traj: Trajectories) -> TeacherBatch | None:
     )
 
 
-def policy_term(logp, traj: Trajectories, trusted, *, actions, alg) -> tuple[torch.Tensor, dict]:
+def policy_term(
+    logp, traj: Trajectories, trusted, *, actions, alg, denominator=None
+) -> tuple[torch.Tensor, dict]:
     """The policy-gradient loss term: clip (GRPO) or is (the seed's async update −sg(ρ)·Â·logp)
-    over the trusted tokens, normalised over the batch's action tokens.
+    over the trusted tokens, normalised over the batch's action tokens (or over ``denominator``:
+    CompactionRL's trainable tokens across segments).
 
     Args:
-        logp: [B, T-1] π_θ with grad; trusted, actions: [B, T-1] bool.
+        logp: [B, T-1] π_θ with grad; trusted, actions: [B, T-1] bool; denominator: [] or None.
     """
     old = traj.old_logp if traj.old_logp is not None else traj.train_logp  # π_old, token-aligned
     return policy_loss(
@@ -171,7 +174,7 @@ def policy_term(logp, traj: Trajectories, trusted, *, actions, alg) -> tuple[tor
         eps_low=alg.eps_low,
         eps_high=alg.eps_high,
         agg_mode=alg.loss_agg_mode,
-        denominator=actions.sum(),
+        denominator=actions.sum() if denominator is None else denominator,
     )
 
 
