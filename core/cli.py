@@ -42,7 +42,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set algorithm.icepop_beta=3",
     )
-    p.add_argument("--name", default="grpo", help="run name (part of the run id)")
+    p.add_argument(
+        "--name",
+        default=None,
+        help="run name (part of the run id); default: the --config file's stem, else 'grpo'",
+    )
 
 
 def _cmd_train(args) -> int:

@@ -177,6 +177,13 @@ def print_summary(run_dir: Path, summary: dict) -> None:
         )
 
 
+def _run_name(args) -> str:
+    """``--name``, else the config file's stem (``configs/opd_tiny.toml`` -> ``opd_tiny``)."""
+    if args.name:
+        return args.name
+    return Path(args.config).stem if args.config else "grpo"
+
+
 def train_from_args(args) -> int:
     try:
         cfg = resolve_config(args.config, args.set, steps=args.steps, seed=args.seed)
@@ -193,7 +200,7 @@ def train_from_args(args) -> int:
 
     try:
         run_dir, summary = run_training(
-            cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=args.name
+            cfg, runs_root=args.run_dir, telemetry=args.telemetry, name=_run_name(args)
         )
     except (TeacherIncompatible, FileNotFoundError) as e:  # a teacher or reward model
         print(f"closedloop train: {e}", file=sys.stderr)
