@@ -12,7 +12,6 @@ Enum codes and repeated strings travel dictionary-encoded (a byte a row, no stri
 
 from __future__ import annotations
 
-import collections
 import json
 from collections.abc import Callable, Mapping
 from datetime import date, datetime
@@ -23,6 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from observability.buffer_pool import BufferPool
 from observability.rules import first_violation, table_rules
 from observability.sampling import keep_tokens_for
 from observability.schema import ColumnSpec, TableSpec, table_spec
@@ -89,40 +89,6 @@ def check_batch(table: str, columns: Mapping[str, Any]) -> tuple[TableSpec, int]
     if len(set(lengths.values())) > 1:
         raise ValueError(f"telemetry table {table!r}: columns have different lengths {lengths}")
     return spec, next(iter(lengths.values()), 1)
-
-
-class BufferPool:
-    """Memory for ``snapshot``'s copies: large arrays go into buffers the writer has released
-    (pages already mapped) instead of fresh ones, whose page faults cost 4x the copy on a 1 M-token
-    step. Buckets of power-of-two sizes; at most ``max_bytes`` wait in the pool."""
-
-    MIN_BYTES = 1 << 16
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes, self.free_bytes = max_bytes, 0
-        self._free: dict[int, collections.deque] = {}
-
-    def copy(self, a: np.ndarray, used: list[np.ndarray]) -> np.ndarray:
-        """A copy of ``a`` (C order); the buffer it lives in is appended to ``used``."""
-        if a.nbytes < self.MIN_BYTES:
-            return np.array(a, copy=True)
-        size = 1 << (a.nbytes - 1).bit_length()
-        try:
-            buf = self._free[size].pop()
-            self.free_bytes -= size
-        except (KeyError, IndexError):
-            buf = np.empty(size, dtype=np.uint8)
-        used.append(buf)
-        out = buf[: a.nbytes].view(a.dtype).reshape(a.shape)
-        np.copyto(out, a)
-        return out
-
-    def release(self, used: list[np.ndarray]) -> None:
-        """Give back buffers once nothing reads them (the writer wrote their part)."""
-        for buf in used:
-            if self.free_bytes + buf.nbytes <= self.max_bytes:
-                self._free.setdefault(buf.nbytes, collections.deque()).append(buf)
-                self.free_bytes += buf.nbytes
 
 
 def snapshot(

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from observability import records
+from observability.buffer_pool import BufferPool
 from observability.config import TelemetryConfig
 from observability.parts import Merger, PartWriter
 from observability.schema import SCHEMA_VERSION, TableSpec, table_spec
@@ -46,9 +47,9 @@ RUN_INFO_KEYS = tuple(
 
 MAX_QUEUED_BYTES = 1 << 30
 """Bytes of emitted batches not yet written beyond which ``emit`` blocks (backpressure)."""
-_POOL = records.BufferPool(max_bytes=MAX_QUEUED_BYTES)
+_POOL = BufferPool(max_bytes=MAX_QUEUED_BYTES)
 """Memory for ``emit``'s copies, shared by the sinks of the process: at most what the queue may
-hold waits there for reuse (``records.BufferPool``)."""
+hold waits there for reuse (``buffer_pool.BufferPool``)."""
 JOIN_ROWS = 65_536
 """A flush joins a table's batches before converting them while they hold at most this many rows
 (the per-batch cost dominates small batches; copying dominates large ones)."""
