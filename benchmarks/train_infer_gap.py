@@ -54,7 +54,8 @@ def run_mode(key: str, args) -> dict:
     from observability.telemetry import NullTelemetry
 
     label, overrides = MODES[key]
-    cfg = load_config(None, [*overrides, f"train.steps={args.steps}", *args.set])
+    steps = [f"train.steps={args.steps}", "train.probe_every=1"]  # the probe after every sync
+    cfg = load_config(None, [*overrides, *steps, *args.set])
     s = Session(cfg, NullTelemetry())
 
     def acc() -> float:

@@ -127,8 +127,11 @@ class RolloutEngine:
         out = torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v)
         return out.to(self.dtype)
 
-    def _forward(self, ids, key_valid, *, start: int, cache: list, routes: dict, topk: dict):
-        """ids [B, T] for slots start..start+T; key_valid [B, start+T]. Returns logits [B, T, V]."""
+    def _forward(
+        self, ids, key_valid, *, start: int, cache: list, routes: dict, topk: dict, last=False
+    ):
+        """ids [B, T] for slots start..start+T; key_valid [B, start+T]. Returns logits [B, T, V]
+        ([B, 1, V] with ``last``: the head runs on the last slot only, as decoding needs)."""
         cfg = self.cfg
         b, t = ids.shape
         pos_all = positions_from_padding(key_valid)  # [B, start+T]
@@ -152,6 +155,8 @@ class RolloutEngine:
             a = self._attend(l, q, (k_all, v_all), q_idx=q_idx, key_valid=key_valid, topk=topk)
             x = x + self._lin(p + "wo", a.reshape(b, t, -1))
             x = x + self._ffn(l, self._norm(p + "ffn_norm", x), routes)
+        if last:
+            x = x[:, -1:]
         return self._lin("lm_head", self._norm("final_norm", x)).float()
 
     def _new_cache(self, b: int, t: int) -> list:
@@ -232,9 +237,7 @@ class RolloutEngine:
         routes: dict = {}
         topk: dict = {}
         key_valid = prompt_valid.clone()
-        logits = self._forward(
-            prompt_ids, key_valid, start=0, cache=cache, routes=routes, topk=topk
-        )[:, -1]
+        logits = self._prefill(prompt_ids, prompt_valid, cache=cache, routes=routes, topk=topk)
         out_ids = torch.full((b, tr), pad_id, dtype=torch.int64)
         out_lp = torch.zeros((b, tr), dtype=torch.float32)
         mask = torch.zeros((b, tr), dtype=torch.bool)
@@ -256,6 +259,7 @@ class RolloutEngine:
                 cache=cache,
                 routes=routes,
                 topk=topk,
+                last=True,
             )[:, -1]
         return RolloutBatch(
             prompt_ids,
@@ -268,6 +272,39 @@ class RolloutEngine:
             routes={l: torch.cat(r, dim=1) for l, r in routes.items()},
             topk=topk,
         )
+
+    def _prefill(self, ids, valid, *, cache: list, routes: dict, topk: dict) -> torch.Tensor:
+        """The prompts' prefill into ``cache``; returns each row's next-token logits [B, V].
+
+        Prefix sharing (as vLLM's prefix cache): identical prompt rows (a GRPO group's G copies)
+        are prefilled once and their KV rows copied to every copy, so a batch of B prompts in
+        B / G groups prefills B / G rows. Engines with DSA layers (whose selection records are
+        per row) prefill every row.
+        """
+        rows, inverse = torch.unique(torch.cat([ids, valid.long()], 1), dim=0, return_inverse=True)
+        if self.dsa or rows.shape[0] == ids.shape[0]:
+            return self._forward(
+                ids, valid, start=0, cache=cache, routes=routes, topk=topk, last=True
+            )[:, -1]
+        t = ids.shape[1]
+        shared = self._new_cache(rows.shape[0], t)
+        try:
+            logits = self._forward(
+                rows[:, :t],
+                rows[:, t:].bool(),
+                start=0,
+                cache=shared,
+                routes=routes,
+                topk=topk,
+                last=True,
+            )[:, -1]
+            for (k, v), (ks, vs) in zip(cache, shared, strict=True):
+                k[:, :t], v[:, :t] = ks[inverse], vs[inverse]
+        finally:
+            self._release_cache(shared)
+        for r in routes.values():  # the prefill's MoE routes, per unique row -> per row
+            r[-1] = r[-1][inverse]
+        return logits[inverse]
 
     @torch.no_grad()
     def prefill_logprobs(self, ids: torch.Tensor, valid: torch.Tensor, temperature: float = 1.0):

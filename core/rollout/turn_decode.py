@@ -65,7 +65,9 @@ class TurnOutput:
 def _logits(engine, ids, valid, *, start: int, cache: list) -> torch.Tensor:
     """[B, V] next-token logits after the chunk ``ids`` (slots ``start..``) through the engine's
     own forward (its private chunk API: the one place this module depends on it)."""
-    return engine._forward(ids, valid, start=start, cache=cache, routes={}, topk={})[:, -1]
+    return engine._forward(ids, valid, start=start, cache=cache, routes={}, topk={}, last=True)[
+        :, -1
+    ]
 
 
 def _uniform_rows(requests, max_new: int) -> torch.Tensor:

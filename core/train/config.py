@@ -56,6 +56,10 @@ class TrainConfig:
     """Fault: the trainer re-tokenizes decoded text instead of using the rollout's token IDs."""
     probe_size: int = 8
     """Probe batch size for the weight-sync log-prob check."""
+    probe_every: int = 10
+    """Run the probe at the first weight sync and then every N-th (≥ 1; 1 = every sync). Every
+    sync still checksums what it sends and what went live, and every step records the train and
+    rollout log-probs of every token: the probe adds the same comparison on a fixed batch."""
     routing_replay: bool = False
     """MoE routing replay: the actor's MoE layers use the rollout's recorded routes."""
     dsa_warmup_steps: int = 0
@@ -86,6 +90,8 @@ class TrainConfig:
             raise ValueError(f"train.eval_size={self.eval_size} must be >= 1")
         if self.probe_size < 1:
             raise ValueError(f"train.probe_size={self.probe_size} must be >= 1")
+        if not (isinstance(self.probe_every, int) and self.probe_every >= 1):
+            raise ValueError(f"train.probe_every={self.probe_every!r} must be an int >= 1")
         if not (isinstance(self.dsa_warmup_steps, int) and self.dsa_warmup_steps >= 0):
             raise ValueError(
                 f"train.dsa_warmup_steps={self.dsa_warmup_steps!r} must be an int >= 0"

@@ -192,7 +192,12 @@ class Session:
         return self._reference_batch(n, seed=999_983)
 
     def sync(self):
-        self.last_sync = self.weight_sync.sync(self.actor, self.version, self.probe_batch)
+        """Weight sync actor → rollout engine; the fixed-batch probe at the first sync and every
+        ``train.probe_every``-th (``last_sync`` then carries its numbers, else None)."""
+        probe = (
+            self.probe_batch if self.weight_sync.sync_id % self.cfg.train.probe_every == 0 else None
+        )
+        self.last_sync = self.weight_sync.sync(self.actor, self.version, probe)
         self.quant.record(self.actor, self.engine, self.version, self.telemetry)  # qparams rows
         return self.last_sync
 

@@ -33,6 +33,7 @@ def test_default_config_loads():
         ("algorithmm.x=3", "unknown config section"),
         ('algorithm.group_size="eight"', "expected an integer"),
         ("telemetry.token_sample_rate=2", "token_sample_rate"),
+        ("train.probe_every=0", "train.probe_every=0 must be an int >= 1"),
     ],
 )
 def test_bad_values_name_the_key(override, needle):

@@ -27,8 +27,12 @@ def session():
 
 
 def test_fp32_probe_agrees_after_sync(session):
-    report = session.sync()
-    assert report.probe_mismatch_abs_max <= 1e-5
+    assert session.last_sync.probe_mismatch_abs_max <= 1e-5  # the first sync is always probed
+    every = session.cfg.train.probe_every
+    reports = [session.sync() for _ in range(every)]
+    probed = [r.probe_mismatch_abs_max is not None for r in reports]
+    assert probed == [False] * (every - 1) + [True]  # then every train.probe_every-th sync
+    assert reports[-1].probe_mismatch_abs_max <= 1e-5
 
 
 def test_bf16_rollout_mismatch_is_nonzero_and_reported():
@@ -123,3 +127,39 @@ def test_engine_refuses_generation_without_weights():
     eng = RolloutEngine(dataclasses.replace(ModelConfig(), vocab_size=64))
     with pytest.raises(RuntimeError, match="weight sync"):
         eng.generate([[1, 2]], SamplingParams(), eos_id=2, pad_id=0)
+
+
+@pytest.mark.parametrize("moe_layers", [(), (1,)])
+def test_prefix_sharing_prefills_each_distinct_prompt_once(moe_layers, monkeypatch):
+    """A GRPO batch repeats each prompt G times: the prefill runs on the distinct rows and copies
+    their KV cache, last-slot logits and MoE routes to every copy — equal to prefilling all."""
+    from core.rollout.engine import left_pad
+
+    cfg = ModelConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        ffn_hidden_size=48,
+        moe_layers=moe_layers,
+    )
+    eng = RolloutEngine(cfg)
+    eng.load_weights(actor_to_rollout(Actor(cfg, seed=5).named_weights(), cfg), version=0)
+    ids, valid = left_pad([[5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [5, 6, 7, 8], [9, 10]], 0)
+    rows = []
+    real = eng._forward
+    monkeypatch.setattr(eng, "_forward", lambda x, *a, **k: rows.append(len(x)) or real(x, *a, **k))
+    shared, full = eng._new_cache(5, 4), eng._new_cache(5, 4)
+    routes_s, routes_f = {}, {}
+    with torch.no_grad():
+        got = eng._prefill(ids, valid, cache=shared, routes=routes_s, topk={})
+        want = real(ids, valid, start=0, cache=full, routes=routes_f, topk={}, last=True)[:, -1]
+    assert rows == [2]  # two distinct prompts prefilled
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    for (ks, vs), (kf, vf) in zip(shared, full, strict=True):
+        torch.testing.assert_close(ks, kf, rtol=0, atol=1e-5)
+        torch.testing.assert_close(vs, vf, rtol=0, atol=1e-5)
+    assert routes_s.keys() == routes_f.keys() == set(moe_layers)
+    for l in moe_layers:
+        assert torch.equal(routes_s[l][0], routes_f[l][0])  # [5, T, k] per row
