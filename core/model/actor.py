@@ -28,6 +28,7 @@ from core.model.attention import ActorCoreAttention
 from core.model.config import ModelConfig
 from core.model.dsa_engines import actor_dsa_factory
 from core.model.moe import MoEMLP
+from core.model.shared_prefix import pack_shared_prefix
 
 
 def init_distributed() -> None:
@@ -144,12 +145,30 @@ class Actor(nn.Module):
             if isinstance(layer.mlp, MoEMLP)
         }
 
-    def logits(self, input_ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def logits(
+        self, input_ids: torch.Tensor, valid: torch.Tensor, *, n_prompt: int = 0
+    ) -> torch.Tensor:
         """input_ids [B, T] int64, valid [B, T] bool -> logits [B, T, V] fp32.
 
-        Under tensor parallelism (megatron initialized with TP > 1) this rank's vocabulary
-        shard [B, T, V / TP] (megatron's ``parallel_output``); ``core.parallel.logprobs`` reduces
-        it with megatron's vocab-parallel cross-entropy."""
+        ``n_prompt`` > 0: rows laid out ``[left pad | prompt (n_prompt slots) | tail]`` that share
+        their prompt are forwarded with it once (``core.model.shared_prefix``; dense models
+        without tensor parallelism — MoE and DSA layers record per-row selections); the logits are
+        the same up to float rounding. Under tensor parallelism (megatron initialized with
+        TP > 1) this rank's vocabulary shard [B, T, V / TP] (megatron's ``parallel_output``);
+        ``core.parallel.logprobs`` reduces it with megatron's vocab-parallel cross-entropy."""
+        dense = not (self.cfg.moe_layers or self.cfg.dsa_topk) and self.tp_size == 1
+        packed = pack_shared_prefix(input_ids, valid, n_prompt) if n_prompt and dense else None
+        if packed is not None:
+            pos = torch.zeros_like(packed.ids)  # unused: no position embedding in megatron
+            unused = torch.zeros((1, 1, 1, packed.ids.shape[1]), dtype=torch.bool)
+            attns = self.core_attentions()
+            for a in attns:
+                a.pack = packed  # the block structure the core attention follows
+            try:
+                return self.gpt(packed.ids, pos, unused).float()[0][packed.gather]
+            finally:
+                for a in attns:
+                    a.pack = None
         pad_mask = ~valid[:, None, None, :]  # [B, 1, 1, T], True = masked (megatron convention)
         pos = torch.zeros_like(input_ids)  # unused: no position embedding in megatron
         return self.gpt(input_ids, pos, pad_mask).float()

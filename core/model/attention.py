@@ -4,16 +4,17 @@ Supplied to megatron-core through ``ModuleSpec`` (``self_attention.submodules.co
 replacing ``DotProductAttention`` (which allocates CUDA buffers). megatron applies no position
 embedding (``position_embedding_type="none"``): RoPE is applied here, from positions derived from
 the key-padding mask that the actor passes as megatron's ``attention_mask`` ([B, 1, 1, T] bool,
-True = masked, megatron's convention). With ``dsa_topk > 0`` attention runs over the DSA Top-k keys.
+True = masked, megatron's convention), or, while the actor forwards a shared-prefix pack
+(``core.model.shared_prefix``, set as ``pack``), block by block at each token's row position. With ``dsa_topk > 0`` attention runs over the DSA Top-k keys.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from core.model.rope import apply_rope, positions_from_padding, rope_angles
+from core.model.shared_prefix import packed_attention, sdpa
 
 
 def causal_padding_mask(key_valid: torch.Tensor) -> torch.Tensor:
@@ -53,6 +54,7 @@ class ActorCoreAttention(nn.Module):
         self.head_dim = config.kv_channels
         self.rope_base = getattr(config, "closedloop_rope_base", 10000.0)
         self.dsa = None  # set by the actor builder when DSA is enabled
+        self.pack = None  # a PackedBatch while the actor forwards one (Actor.logits)
         self.last_selection = None
 
     def forward(
@@ -71,21 +73,20 @@ class ActorCoreAttention(nn.Module):
         q = query.permute(1, 0, 2, 3)  # [B, S, Hq, D]
         k = key.permute(1, 0, 2, 3)  # [B, S, Hkv, D]
         v = value.permute(1, 0, 2, 3)
-        key_valid = ~attention_mask[:, 0, 0, :]  # [B, S]
-        pos = positions_from_padding(key_valid)  # [B, S]
-        cos, sin = rope_angles(pos, self.head_dim, self.rope_base)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.dsa is not None:
-            out, self.last_selection = self.dsa(q, k, v, pos, key_valid)
+        if self.pack is not None:  # a shared-prefix pack: block attention, row positions
+            if self.dsa is not None:
+                raise ValueError("DSA attention runs on row batches, not shared-prefix packs")
+            cos, sin = rope_angles(self.pack.positions(), self.head_dim, self.rope_base)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            out = packed_attention(q, k, v, self.pack, causal_padding_mask)
         else:
-            rep = q.shape[2] // k.shape[2]
-            kr = k.repeat_interleave(rep, dim=2)
-            vr = v.repeat_interleave(rep, dim=2)
-            out = F.scaled_dot_product_attention(
-                q.transpose(1, 2),
-                kr.transpose(1, 2),
-                vr.transpose(1, 2),
-                attn_mask=causal_padding_mask(key_valid),
-            ).transpose(1, 2)  # [B, S, Hq, D]
+            key_valid = ~attention_mask[:, 0, 0, :]  # [B, S]
+            pos = positions_from_padding(key_valid)  # [B, S]
+            cos, sin = rope_angles(pos, self.head_dim, self.rope_base)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if self.dsa is not None:
+                out, self.last_selection = self.dsa(q, k, v, pos, key_valid)
+            else:
+                out = sdpa(q, k, v, causal_padding_mask(key_valid))
         b, s, h, d = out.shape
         return out.reshape(b, s, h * d).transpose(0, 1).contiguous()

@@ -60,6 +60,10 @@ class TrainConfig:
     """Run the probe at the first weight sync and then every N-th (≥ 1; 1 = every sync). Every
     sync still checksums what it sends and what went live, and every step records the train and
     rollout log-probs of every token: the probe adds the same comparison on a fixed batch."""
+    shared_prefix: bool = True
+    """The training forward runs each distinct prompt of the batch once (a GRPO group's G copies
+    share it; ``core.model.shared_prefix``): same math per row, float rounding aside. Dense
+    actors without tensor parallelism only; others forward every row."""
     routing_replay: bool = False
     """MoE routing replay: the actor's MoE layers use the rollout's recorded routes."""
     dsa_warmup_steps: int = 0

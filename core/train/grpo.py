@@ -125,13 +125,17 @@ def score(s: Session, traj: Trajectories):
     then the training forward with grad; returns (ActorForward, SparseStep or None)."""
     cfg, alg = s.cfg, s.cfg.algorithm
     trainer_inputs(traj, tok=s.tok, retokenize=cfg.train.retokenize)
-    replay, temp = cfg.train.routing_replay, cfg.rollout.temperature
+    kw = {
+        "temperature": cfg.rollout.temperature,
+        "replay": cfg.train.routing_replay,
+        "shared_prefix": cfg.train.shared_prefix,
+    }
     s.actor.train()
     separate = None
     if alg.old_logp == "separate":
-        separate = old_logp_pass(s.actor, traj, temperature=temp, replay=replay)
+        separate = old_logp_pass(s.actor, traj, **kw)
     s.memory.forward_begin({"ids": traj.train_ids, "valid": traj.train_valid})
-    fwd = actor_forward(s.actor, traj, temperature=temp, replay=replay)
+    fwd = actor_forward(s.actor, traj, **kw)
     sparse = capture_sparse(s.actor, traj)  # DSA/MoE records (None if dense), before the probe
     traj.old_logp = {"rollout": traj.rollout_logp, "separate": separate}.get(alg.old_logp)
     return fwd, sparse

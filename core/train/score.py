@@ -49,19 +49,26 @@ def trainer_inputs(traj: Trajectories, *, tok: Tokenizer, retokenize: bool) -> N
     traj.train_ids, traj.train_valid = ids, valid
 
 
-def actor_forward(actor, traj: Trajectories, *, temperature: float, replay: bool):
-    """The training forward over ``traj.train_ids`` (with grad). Fills ``train_logp``/``entropy``."""
+def actor_forward(
+    actor, traj: Trajectories, *, temperature: float, replay: bool, shared_prefix: bool = False
+):
+    """The training forward over ``traj.train_ids`` (with grad). Fills ``train_logp``/``entropy``.
+    ``shared_prefix``: rows sharing their prompt forward it once (``Actor.logits``'s ``n_prompt``)."""
+    n_prompt = traj.n_prompt if shared_prefix else 0
     with routing_replay(actor, traj, enabled=replay):
-        logits = actor.logits(traj.train_ids, traj.train_valid)[:, :-1]  # [B, T-1, V]
+        logits = actor.logits(traj.train_ids, traj.train_valid, n_prompt=n_prompt)[:, :-1]
     logp, entropy = token_logprobs(logits, traj.train_ids[:, 1:], temperature=temperature)
     traj.train_logp = traj.token_aligned(logp.detach())
     traj.entropy = traj.token_aligned(entropy.detach())
     return ActorForward(logits, logp)
 
 
-def old_logp_pass(actor, traj: Trajectories, *, temperature: float, replay: bool):
+def old_logp_pass(
+    actor, traj: Trajectories, *, temperature: float, replay: bool, shared_prefix: bool = False
+):
     """π_old [B, T] from its own no-grad forward before the update (``old_logp = "separate"``)."""
+    n_prompt = traj.n_prompt if shared_prefix else 0
     with torch.no_grad(), routing_replay(actor, traj, enabled=replay):
-        logits = actor.logits(traj.train_ids, traj.train_valid)[:, :-1]  # [B, T-1, V]
+        logits = actor.logits(traj.train_ids, traj.train_valid, n_prompt=n_prompt)[:, :-1]
         logp = token_logprobs(logits, traj.train_ids[:, 1:], temperature=temperature)[0]
     return traj.token_aligned(logp)
