@@ -58,9 +58,9 @@ def topk_reverse_kl(
     loss = aggregate(per_position, mask, mode=agg_mode, denominator=denominator)
     m = mask.to(p_s.dtype)
     n = m.sum().clamp_min(1.0)
-    metrics = {
-        "per_position": per_position.detach(),
-        "topk_kl": loss.detach(),
+    metrics = {  # ≥ 0 exactly; where π_θ = π_T on K fp32 rounding can give −1e-8: recorded as 0
+        "per_position": per_position.detach().clamp_min(0.0),
+        "topk_kl": loss.detach().clamp_min(0.0),
         "teacher_mass": (p_t.sum(-1) * m).sum() / n,
         "student_mass": (p_s.detach().sum(-1) * m).sum() / n,
     }
