@@ -1,0 +1,31 @@
+"""The peer benchmark at toy size: TRL's ``GRPOTrainer`` and closedloop train the same prompts
+side by side in one process, and the script reports both sides (benchmarks/vs_trl.py; the
+full-size result is recorded in benchmarks/README.md)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_vs_trl_trains_both_sides_and_reports_them(tmp_path, capsys):
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_trl.py"
+    spec = importlib.util.spec_from_file_location("bench_vs_trl", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "vs_trl.json"
+    r = bench.main(["--steps", "2", "--eval-size", "8", "--json", str(out)])
+    assert json.loads(out.read_text())["steps"] == 2
+    assert len(r["timings"]["trl"]) == len(r["timings"]["closedloop"]) == 2
+    assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
+    assert r["accuracy"]["trl_start"] == r["accuracy"]["base"]  # the same exported base model
+    cl, trl = r["recorded"]["closedloop"], r["recorded"]["trl"]
+    assert cl["action_token_rows"] > 0
+    assert cl["with_train_and_rollout_logp"] == cl["action_token_rows"]
+    assert cl["token_abs_dlogp_max"] < 1e-4  # fp32 both sides: the loop is closed
+    assert cl["weight_sync_rows"] > 0 and "tokens" in cl["tables"]
+    assert trl["logged_steps"] == 2 and "loss" in trl["logged_keys"]
+    printed = capsys.readouterr().out
+    assert "closedloop / TRL: wall" in printed and "held-out greedy accuracy" in printed
