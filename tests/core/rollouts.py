@@ -1,12 +1,20 @@
-"""Test helpers: a Session on the shipped base model and a real rollout of it (no loop state)."""
+"""Test helpers: a Session on the shipped base model and a real rollout of it (no loop state),
+and a small model config."""
 
 from core.config import load_config
+from core.model.config import ModelConfig
 from core.train.grpo import collect_step
 from core.train.score import trainer_inputs
 from core.train.session import Session
 from observability.telemetry import NullTelemetry
 
 SMALL = ["algorithm.prompts_per_step=4", "algorithm.group_size=4"]
+
+
+def small_config(**kw) -> ModelConfig:
+    """A 2-layer GQA model (vocabulary 64, width 32) small enough to build per test."""
+    dims = {"num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden_size": 48}
+    return ModelConfig(vocab_size=64, hidden_size=32, **dims, **kw)
 
 
 def session(*overrides: str) -> Session:

@@ -6,13 +6,11 @@ import pytest
 import torch
 
 from core.model.actor import Actor
-from core.model.config import ModelConfig
 from core.model.rope import positions_from_padding
 from core.model.shared_prefix import pack_shared_prefix
+from tests.core.rollouts import small_config
 
-CFG = ModelConfig(
-    vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, ffn_hidden_size=48
-)
+CFG = small_config()
 
 
 def grpo_batch(prompt_lens=(5, 3, 4), group=3, tail=6, seed=0):
@@ -70,7 +68,7 @@ def test_packed_forward_matches_rows_in_logits_logprobs_and_gradients():
 
 
 def test_moe_actor_forwards_rows_even_when_asked_to_pack():
-    moe = Actor(ModelConfig(**{**vars(CFG), "moe_layers": (1,)}), seed=1)
+    moe = Actor(small_config(moe_layers=(1,)), seed=1)
     ids, valid, tp = grpo_batch()
     with torch.no_grad():
         torch.testing.assert_close(moe.logits(ids, valid, n_prompt=tp), moe.logits(ids, valid))

@@ -18,7 +18,7 @@ from core.rollout.sampling import SamplingParams
 from core.sync.convert import actor_to_rollout
 from core.train.session import Session
 from observability.telemetry import NullTelemetry
-from tests.core.rollouts import rollout
+from tests.core.rollouts import rollout, small_config
 
 
 @pytest.fixture(scope="module")
@@ -96,15 +96,7 @@ def test_generation_is_deterministic(session):
 
 
 def test_conversion_is_exact_and_moe_engines_agree():
-    cfg = ModelConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        ffn_hidden_size=48,
-        moe_layers=(1,),
-    )
+    cfg = small_config(moe_layers=(1,))
     actor = Actor(cfg, seed=3)
     eng = RolloutEngine(cfg)
     w = actor.named_weights()
@@ -135,15 +127,7 @@ def test_prefix_sharing_prefills_each_distinct_prompt_once(moe_layers, monkeypat
     their KV cache, last-slot logits and MoE routes to every copy — equal to prefilling all."""
     from core.rollout.engine import left_pad
 
-    cfg = ModelConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        ffn_hidden_size=48,
-        moe_layers=moe_layers,
-    )
+    cfg = small_config(moe_layers=moe_layers)
     eng = RolloutEngine(cfg)
     eng.load_weights(actor_to_rollout(Actor(cfg, seed=5).named_weights(), cfg), version=0)
     ids, valid = left_pad([[5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [5, 6, 7, 8], [9, 10]], 0)
