@@ -146,3 +146,29 @@ def test_agentic_controls_remove_the_cause(name, signal, tmp_path_factory):
     fault = A.suspect_levels(open_run(scenario_run(name, tmp_path_factory)))
     levels = A.suspect_levels(open_run(run))
     assert fault[signal].max() > 0 and levels[signal].fillna(0.0).max() == 0.0
+
+
+def test_stale_async_trains_stale_samples_uncorrected_and_its_control_does_not(tmp_path_factory):
+    """``stale-async-no-dis`` short: samples older than the control's τ are trained, each with IS
+    weight 1 (π_old = the trainer's own log-probs); the control (DIS on the rollout ratio, τ = 4,
+    sync every step) trains none older than τ and weighs each by π_θ/π_rollout."""
+    from core.scenario import run_scenario
+    from tests.notebooks.scenario_runs import SHORT, SHORT_STEPS
+
+    name = "stale-async-no-dis"
+    control = list(load_scenario(name).control)
+    root = tmp_path_factory.mktemp("controls")
+    run, _ = run_scenario(name, runs_root=root, steps=SHORT_STEPS, overrides=[*SHORT, *control])
+    stale = "SELECT max(staleness) FROM samples WHERE status = 'trained'"
+    # |π_old − train| and |π_old − rollout| over the action tokens of trained samples
+    gaps = """SELECT max(abs(t.old_logp - t.train_logp)), max(abs(t.old_logp - t.rollout_logp))
+              FROM tokens t JOIN samples s USING (run_id, sample_id)
+              WHERE s.status = 'trained' AND t.role = 'action'"""
+    fault_con, control_con = open_run(scenario_run(name, tmp_path_factory)), open_run(run)
+    assert fault_con.execute(stale).fetchone()[0] == SHORT_STEPS - 1  # rollout kept version 0
+    assert control_con.execute(stale).fetchone()[0] <= 4
+    to_train, to_rollout = fault_con.execute(gaps).fetchone()
+    assert to_train == 0.0 and to_rollout > 0.01  # ρ ≡ 1 although the rollout policy differs
+    to_train, to_rollout = control_con.execute(gaps).fetchone()
+    assert to_rollout == 0.0 and to_train > 0.0
+    assert A.suspect_levels(fault_con)["staleness"].mean() > 0.1  # its tolerance
