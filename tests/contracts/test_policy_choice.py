@@ -17,7 +17,7 @@ def test_policy_for_run_reads_the_loop_from_the_config():
     # an imported run without a config (or a rollout section) gets the release policy
     assert policy_for_run({}).path == DEFAULT_POLICY
     assert "records no rollout.mode" in policy_for_run({"algorithm": {}}).reason
-    # the agentic policy relaxes only what the lag moves: mismatch and masked fraction
+    # the agentic policy relaxes only what the lag moves (mismatch, masked fraction) and caps τ
     release, agentic = load_policy(DEFAULT_POLICY), load_policy(AGENTIC_POLICY)
     assert agentic.name == "agentic" and agentic.checks == release.checks
     differs = {
@@ -25,7 +25,12 @@ def test_policy_for_run_reads_the_loop_from_the_config():
         for k in vars(release.thresholds)
         if getattr(release.thresholds, k) != getattr(agentic.thresholds, k)
     }
-    assert differs == {"mismatch_abs_mean", "mismatch_abs_p99", "masked_fraction"}
+    assert differs == {
+        "mismatch_abs_mean",
+        "mismatch_abs_p99",
+        "masked_fraction",
+        "staleness_limit",
+    }
 
 
 @pytest.mark.slow
@@ -56,3 +61,23 @@ def test_async_run_passes_the_gate_with_no_flags(tmp_path, capsys):
 def _gate_out(run, flags, capsys) -> str:
     main(["gate", str(run), *flags])
     return capsys.readouterr().out
+
+
+def test_agentic_policy_caps_the_declared_staleness_limit(agentic_run, tmp_path):
+    """A run that raised τ to train its stale tail (the ``stale-async-no-dis`` fault) passes
+    against its own τ and fails under the agentic policy's cap of 16."""
+    import polars as pl
+
+    from tests.contracts.store_edit import edit_rows, query
+
+    run = copy_run(agentic_run, tmp_path)
+    (row,) = query(run, "SELECT min(sample_id) AS s FROM samples WHERE status = 'trained'")
+    v = query(run, "SELECT max(policy_version_train) AS v FROM samples")[0]["v"] + 17
+    edit_rows(run, "runs", pl.lit(True), {"staleness_limit": 1000})
+    stale = {"policy_version_train": v, "staleness": v, "policy_version_rollout": 0}
+    edit_rows(run, "samples", pl.col("sample_id") == row["s"], stale)
+    name = "sparse_version.staleness_within_limit"
+    agentic = run_gate(run, policy=load_policy(AGENTIC_POLICY), record=False).result(name)
+    assert (agentic.status, agentic.threshold, agentic.observed) == ("fail", 16, v)
+    release = run_gate(run, policy=load_policy(DEFAULT_POLICY), record=False).result(name)
+    assert (release.status, release.threshold) == ("pass", 1000)
