@@ -48,10 +48,12 @@ class PackedBatch:
 
 def pack_shared_prefix(ids: torch.Tensor, valid: torch.Tensor, n_prompt: int) -> PackedBatch | None:
     """Pack ``ids`` [B, T] (``valid`` [B, T] bool) sharing equal prompt rows; None when no two
-    rows share a prompt (run the batch as it is)."""
+    rows share a prompt or no row has a tail (run the batch as it is)."""
     b, t = ids.shape
-    if not 0 < n_prompt < t:
-        raise ValueError(f"n_prompt={n_prompt} must be in [1, T={t})")
+    if not 0 < n_prompt <= t:
+        raise ValueError(f"n_prompt={n_prompt} must be in [1, T={t}]")
+    if n_prompt == t:
+        return None
     prompt = torch.cat([ids[:, :n_prompt], valid[:, :n_prompt].long()], dim=1)
     rows, inverse = torch.unique(prompt, dim=0, return_inverse=True)
     u, tail = rows.shape[0], t - n_prompt
