@@ -11,10 +11,11 @@ True = masked, megatron's convention), or, while the actor forwards a shared-pre
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from core.model.rope import apply_rope, positions_from_padding, rope_angles
-from core.model.shared_prefix import packed_attention, sdpa
+from core.model.shared_prefix import PackedBatch
 
 
 def causal_padding_mask(key_valid: torch.Tensor) -> torch.Tensor:
@@ -76,9 +77,9 @@ class ActorCoreAttention(nn.Module):
         if self.pack is not None:  # a shared-prefix pack: block attention, row positions
             if self.dsa is not None:
                 raise ValueError("DSA attention runs on row batches, not shared-prefix packs")
-            cos, sin = rope_angles(self.pack.positions(), self.head_dim, self.rope_base)
+            cos, sin = rope_angles(self.pack.positions, self.head_dim, self.rope_base)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            out = packed_attention(q, k, v, self.pack, causal_padding_mask)
+            out = packed_attention(q, k, v, self.pack)
         else:
             key_valid = ~attention_mask[:, 0, 0, :]  # [B, S]
             pos = positions_from_padding(key_valid)  # [B, S]
@@ -90,3 +91,36 @@ class ActorCoreAttention(nn.Module):
                 out = sdpa(q, k, v, causal_padding_mask(key_valid))
         b, s, h, d = out.shape
         return out.reshape(b, s, h * d).transpose(0, 1).contiguous()
+
+
+def packed_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pack: PackedBatch
+) -> torch.Tensor:
+    """Block attention over a shared-prefix pack: q [1, S, Hq, D], k/v [1, S, Hkv, D] (post-RoPE)
+    -> [1, S, Hq, D]. Each distinct prompt attends causally over itself; each row's tail over
+    its prompt's keys and its own (the last rows of its row's causal mask)."""
+    u, tp = pack.prompt_valid.shape
+    b = pack.inverse.shape[0]
+    split = u * tp
+
+    def blocks(x: torch.Tensor, n: int) -> torch.Tensor:
+        return x[0].reshape(n, -1, *x.shape[2:])
+
+    qp, kp, vp = (blocks(x[:, :split], u) for x in (q, k, v))  # [U, tp, H, D]
+    qt, kt, vt = (blocks(x[:, split:], b) for x in (q, k, v))  # [B, tail, H, D]
+    out_p = sdpa(qp, kp, vp, causal_padding_mask(pack.prompt_valid))
+    k_rows = torch.cat([kp[pack.inverse], kt], dim=1)  # [B, T, Hkv, D]: the row's keys
+    v_rows = torch.cat([vp[pack.inverse], vt], dim=1)
+    out_t = sdpa(qt, k_rows, v_rows, causal_padding_mask(pack.row_valid)[:, :, tp:])
+    return torch.cat([out_p.flatten(0, 1), out_t.flatten(0, 1)])[None]
+
+
+def sdpa(q, k, v, allowed: torch.Tensor) -> torch.Tensor:
+    """q [N, Tq, Hq, D], k/v [N, Tk, Hkv, D] (GQA: each k/v head serves Hq / Hkv query heads),
+    ``allowed`` [N, 1, Tq, Tk] bool -> [N, Tq, Hq, D]."""
+    rep = q.shape[2] // k.shape[2]
+    kr = k.repeat_interleave(rep, dim=2)
+    vr = v.repeat_interleave(rep, dim=2)
+    return F.scaled_dot_product_attention(
+        q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2), attn_mask=allowed
+    ).transpose(1, 2)

@@ -5,7 +5,7 @@ A batch ``[B, T]`` laid out as ``[left pad | prompt (n_prompt slots) | tail | ri
 one packed sequence ``[1, S]``: the U distinct prompt rows (n_prompt slots each), then every
 row's tail (T − n_prompt slots each), S = U·n_prompt + B·(T − n_prompt). Token-wise layers
 (norms, projections, FFN) see each prompt token once instead of G times; attention is computed
-block by block (``packed_attention``): each distinct prompt causally over itself, each row's tail
+block by block (``core.model.attention.packed_attention``): each distinct prompt causally over itself, each row's tail
 over its prompt's keys and its own. Every token attends exactly the keys it attends in its own
 row, at its own row's RoPE position, so the math of every row is unchanged (only float rounding
 differs); the G rows' gradients meet in the shared prompt tokens.
@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from core.model.rope import positions_from_padding
 
@@ -34,16 +33,18 @@ class PackedBatch:
     """[U, n_prompt] bool."""
     row_valid: torch.Tensor
     """[B, T] bool: every row's validity (its prompt's, then its tail's)."""
+    positions: torch.Tensor
+    """[1, S] int64 RoPE positions: each token's position in its own row."""
 
     @property
     def n_prompt(self) -> int:
         return self.prompt_valid.shape[1]
 
-    def positions(self) -> torch.Tensor:
-        """[1, S] RoPE positions: each token's position in its own row."""
-        rows = positions_from_padding(self.row_valid)  # [B, T]
-        prompts = positions_from_padding(self.prompt_valid)  # [U, n_prompt]
-        return torch.cat([prompts.flatten(), rows[:, self.n_prompt :].flatten()])[None]
+
+def distinct_rows(ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of ``ids`` [B, T] with ``valid`` [B, T]: ``(rows, inverse)`` with rows
+    [U, 2T] int64 (ids, then valid as 0/1) and inverse [B] (row b is ``rows[inverse[b]]``)."""
+    return torch.unique(torch.cat([ids, valid.long()], dim=1), dim=0, return_inverse=True)
 
 
 def pack_shared_prefix(ids: torch.Tensor, valid: torch.Tensor, n_prompt: int) -> PackedBatch | None:
@@ -54,8 +55,7 @@ def pack_shared_prefix(ids: torch.Tensor, valid: torch.Tensor, n_prompt: int) ->
         raise ValueError(f"n_prompt={n_prompt} must be in [1, T={t}]")
     if n_prompt == t:
         return None
-    prompt = torch.cat([ids[:, :n_prompt], valid[:, :n_prompt].long()], dim=1)
-    rows, inverse = torch.unique(prompt, dim=0, return_inverse=True)
+    rows, inverse = distinct_rows(ids[:, :n_prompt], valid[:, :n_prompt])
     u, tail = rows.shape[0], t - n_prompt
     if u == b:
         return None
@@ -65,39 +65,10 @@ def pack_shared_prefix(ids: torch.Tensor, valid: torch.Tensor, n_prompt: int) ->
     packed = torch.cat([rows[:, :n_prompt].flatten(), ids[:, n_prompt:].flatten()])
     prompt_valid = rows[:, n_prompt:].bool()
     row_valid = torch.cat([prompt_valid[inverse], valid[:, n_prompt:]], dim=1)
-    return PackedBatch(packed[None], gather, inverse, prompt_valid, row_valid)
-
-
-def packed_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pack: PackedBatch, allowed_mask
-) -> torch.Tensor:
-    """Block attention over a pack: q [1, S, Hq, D], k/v [1, S, Hkv, D] (post-RoPE) -> [1, S, Hq, D].
-
-    ``allowed_mask(key_valid [N, Tk]) -> [N, 1, Tk, Tk]`` is the row attention mask (causal and
-    key-valid); the tails use its last rows (their queries are the last slots of their rows).
-    """
-    u, tp = pack.prompt_valid.shape
-    b = pack.inverse.shape[0]
-    split = u * tp
-
-    def blocks(x: torch.Tensor, n: int) -> torch.Tensor:
-        return x[0].reshape(n, -1, *x.shape[2:])
-
-    qp, kp, vp = (blocks(x[:, :split], u) for x in (q, k, v))  # [U, tp, H, D]
-    qt, kt, vt = (blocks(x[:, split:], b) for x in (q, k, v))  # [B, tail, H, D]
-    out_p = sdpa(qp, kp, vp, allowed_mask(pack.prompt_valid))
-    k_rows = torch.cat([kp[pack.inverse], kt], dim=1)  # [B, T, Hkv, D]: the row's keys
-    v_rows = torch.cat([vp[pack.inverse], vt], dim=1)
-    out_t = sdpa(qt, k_rows, v_rows, allowed_mask(pack.row_valid)[:, :, tp:])
-    return torch.cat([out_p.flatten(0, 1), out_t.flatten(0, 1)])[None]
-
-
-def sdpa(q, k, v, allowed: torch.Tensor) -> torch.Tensor:
-    """q [N, Tq, Hq, D], k/v [N, Tk, Hkv, D] (GQA: each k/v head serves Hq / Hkv query heads),
-    ``allowed`` [N, 1, Tq, Tk] bool -> [N, Tq, Hq, D]."""
-    rep = q.shape[2] // k.shape[2]
-    kr = k.repeat_interleave(rep, dim=2)
-    vr = v.repeat_interleave(rep, dim=2)
-    return F.scaled_dot_product_attention(
-        q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2), attn_mask=allowed
-    ).transpose(1, 2)
+    positions = torch.cat(
+        [
+            positions_from_padding(prompt_valid).flatten(),
+            positions_from_padding(row_valid)[:, n_prompt:].flatten(),
+        ]
+    )
+    return PackedBatch(packed[None], gather, inverse, prompt_valid, row_valid, positions[None])

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from core.model.config import ModelConfig
 from core.model.moe import route
 from core.model.rope import apply_rope, positions_from_padding, rope_angles
+from core.model.shared_prefix import distinct_rows
 from core.rollout.protocol import RolloutBatch
 from core.rollout.sampling import SamplingParams, sample_tokens
 
@@ -281,7 +282,7 @@ class RolloutEngine:
         B / G groups prefills B / G rows. Engines with DSA layers (whose selection records are
         per row) prefill every row.
         """
-        rows, inverse = torch.unique(torch.cat([ids, valid.long()], 1), dim=0, return_inverse=True)
+        rows, inverse = distinct_rows(ids, valid)
         if self.dsa or rows.shape[0] == ids.shape[0]:
             return self._forward(
                 ids, valid, start=0, cache=cache, routes=routes, topk=topk, last=True

@@ -39,7 +39,7 @@ def test_pack_lays_each_prompt_once_and_gathers_rows_back():
     assert torch.equal(pack.ids[0][pack.gather], ids)
     assert torch.equal(pack.row_valid, valid)
     rows = positions_from_padding(valid)
-    assert torch.equal(pack.positions()[0][pack.gather][valid], rows[valid])
+    assert torch.equal(pack.positions[0][pack.gather][valid], rows[valid])
     one_each = [0, 3, 6]  # no two rows share a prompt: nothing to pack
     assert pack_shared_prefix(ids[one_each], valid[one_each], tp) is None
     assert pack_shared_prefix(ids[:, :tp], valid[:, :tp], tp) is None  # no tails: nothing to gain
