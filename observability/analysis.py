@@ -367,22 +367,12 @@ def compare_runs(
 ) -> pd.DataFrame:
     """Per ``STEP_METRICS`` metric: run vs baseline mean over all steps and over the last ``tail``
     steps (``final``), and ``delta_final`` = run − baseline."""
-    a, b = step_metrics(con, run_id), step_metrics(baseline, baseline_run_id)
-    rows = []
-    for m in STEP_METRICS:
-        ra, rb = a[m].astype("float64"), b[m].astype("float64")
-        fa, fb = ra.tail(tail).mean(), rb.tail(tail).mean()
-        rows.append(
-            {
-                "metric": m,
-                "run_mean": ra.mean(),
-                "baseline_mean": rb.mean(),
-                "run_final": fa,
-                "baseline_final": fb,
-                "delta_final": fa - fb,
-            }
-        )
-    return pd.DataFrame(rows)
+    cols = list(STEP_METRICS)
+    a = step_metrics(con, run_id)[cols].astype("float64")
+    b = step_metrics(baseline, baseline_run_id)[cols].astype("float64")
+    fa, fb = a.tail(tail).mean(), b.tail(tail).mean()
+    means = {"run_mean": a.mean(), "baseline_mean": b.mean(), "run_final": fa, "baseline_final": fb}
+    return pd.DataFrame({**means, "delta_final": fa - fb}).rename_axis("metric").reset_index()
 
 
 def aligned_steps(
