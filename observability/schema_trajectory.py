@@ -137,6 +137,23 @@ TABLES: tuple[TableSpec, ...] = (
                 "the teacher's hash of the token prefix it scored (equals prefix_hash when "
                 "teacher and rollout saw the same ids)",
             ),
+            _c(
+                "clip_low",
+                BOOL,
+                "the policy ratio fell below 1 - eps_low on a negative advantage: the clipped "
+                "branch of the objective was taken (no gradient through the token)",
+            ),
+            _c(
+                "clip_high",
+                BOOL,
+                "the policy ratio rose above the upper clip bound on a positive advantage",
+            ),
+            _nonneg(
+                "is_weight",
+                F32,
+                "importance-sampling weight the trainer multiplied the token's loss by (a "
+                "truncated or masked train/rollout ratio; 0: masked)",
+            ),
         ),
         key=("run_id", "sample_id", "pos"),
         per_token=True,

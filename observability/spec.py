@@ -12,7 +12,7 @@ from functools import cached_property
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Bumped when a column changes meaning or type, or tables and columns are added; stored in every
 ``runs`` row and part file. Version 2 (async agentic RL): the ``turns`` table; per-token ``turn``
 and ``kv_version``; per-sample ``worker``, ``env_latency_s``, ``refill``,
@@ -21,10 +21,11 @@ compaction): per-token ``value``, ``return``, ``segment``; the ``compactions`` t
 value loss, explained variance, critic updates, frozen-parameter checksum and the policy-loss
 denominator. Version 4 (teachers and mixed rewards): the ``teacher_routes`` table; per-token
 ``teacher_prefix_hash``; per-step teacher payload, bytes, KL, distill loss and judge–verifier
-agreement; ``reward_components`` values may be null (a component that could not score). Readers
-open older runs (missing columns and tables read as null / empty)."""
+agreement; ``reward_components`` values may be null (a component that could not score).
+Version 5 (other trainers' loss internals): per-token ``clip_low``, ``clip_high`` and
+``is_weight``. Readers open older runs (missing columns and tables read as null / empty)."""
 
-KNOWN_SCHEMA_VERSIONS = (1, 2, 3, 4)
+KNOWN_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 """Versions a reader of this schema can open."""
 
 

@@ -25,8 +25,10 @@ from observability.enums import ROLES, SAMPLE_STATUSES
 ROLE_PROMPT, ROLE_ACTION, ROLE_OBSERVATION = (
     ROLES.index(r) for r in ("prompt", "action", "observation")
 )
-TOKEN_FLOATS = ("rollout_logp", "train_logp", "old_logp", "advantage", "entropy")
+TOKEN_FLOATS = ("rollout_logp", "train_logp", "old_logp", "advantage", "entropy", "is_weight")
 """Per-token float fields, stored on action tokens only."""
+TOKEN_FLAGS = ("clip_low", "clip_high")
+"""Per-token bool fields of the loss, stored on action tokens only."""
 
 
 def _numpy(values: Any) -> Any:
@@ -86,6 +88,12 @@ class Trajectory:
     """[T] token entropy under the trainer; None: not recorded."""
     trust_mask: Any = None
     """[T] bool, token kept by the trainer's trust / mismatch mask; None: not recorded."""
+    clip_low: Any = None
+    """[T] bool, the ratio was clipped below (negative advantage); None: not recorded."""
+    clip_high: Any = None
+    """[T] bool, the ratio was clipped above (positive advantage); None: not recorded."""
+    is_weight: Any = None
+    """[T] importance-sampling weight on the token's loss (0: masked); None: not recorded."""
     reward: float | None = None
     """Total reward of the sample."""
     status: str = "trained"
@@ -107,7 +115,8 @@ class Trajectory:
         if self.status not in SAMPLE_STATUSES:
             raise ValueError(f"{where}: status {self.status!r} not in {list(SAMPLE_STATUSES)}")
         values = {"token_ids": ids.data}
-        for name in (*TOKEN_FLOATS, "action", "loss_mask", "train_token_ids", "trust_mask"):
+        flags = ("action", "loss_mask", "train_token_ids", "trust_mask", *TOKEN_FLAGS)
+        for name in (*TOKEN_FLOATS, *flags):
             raw = getattr(self, name)
             if raw is None:
                 continue
@@ -187,6 +196,10 @@ def token_columns(step: int, trajs: Sequence[Trajectory]) -> dict[str, Any]:
     kept = _gather(trajs, "trust_mask", -1)  # -1: this trajectory records no trust mask
     if kept is not None:
         cols["trust_mask"] = np.ma.masked_array((kept == 1) & action, mask=kept == -1)
+    for name in TOKEN_FLAGS:  # on action tokens only, like the log-probs
+        flag = _gather(trajs, name, -1)
+        if flag is not None:
+            cols[name] = np.ma.masked_array(flag == 1, mask=(flag == -1) | ~action)
     if any(tr.train_token_ids is not None for tr in trajs):
         parts = [
             tr.train_token_ids
