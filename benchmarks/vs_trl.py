@@ -19,8 +19,10 @@ engine apart from the policy, hence no trust mask (IcePop) to map.
 Held-out greedy accuracy is measured for both by our engine and verifier on our eval set.
 Step time: wall and main-thread CPU per step; the CPU of every other thread (closedloop's
 telemetry writer) is charged to closedloop.
+With ``--record RUNS`` the TRL side is recorded by closedloop's TRL integration
+(``closedloop.integrations.trl.record``) into a run under RUNS, which ``closedloop gate`` checks.
 Usage: python benchmarks/vs_trl.py [--steps N (config)] [--eval-size 256] [--seed S]
-[--threads 1] [--set key=value ...]    (needs ``pip install 'closedloop[peer]'``)
+[--threads 1] [--set key=value ...] [--record RUNS]    (needs ``pip install 'closedloop[peer]'``)
 """
 
 from __future__ import annotations
@@ -46,13 +48,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (both sides)")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--record", default=None, help="record the TRL side as a run under this dir")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from core.train.driver import resolve_config
 
     cfg = resolve_config(None, args.set, steps=args.steps, seed=args.seed)
     with tempfile.TemporaryDirectory() as root:
-        result = compare(cfg, Path(root), eval_size=args.eval_size)
+        result = compare(cfg, Path(root), eval_size=args.eval_size, record_to=args.record)
     result["threads"] = args.threads
     report(result)
     if args.json:
@@ -60,8 +63,9 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def compare(cfg, root: Path, *, eval_size: int) -> dict:
-    """Train both sides interleaved; returns accuracies, per-step timings and what each recorded."""
+def compare(cfg, root: Path, *, eval_size: int, record_to: str | None = None) -> dict:
+    """Train both sides interleaved; returns accuracies, per-step timings and what each recorded
+    (``record_to``: record the TRL side with closedloop's TRL integration under this directory)."""
     from transformers import TrainerCallback
 
     from core.model.hf_export import export_hf
@@ -70,6 +74,11 @@ def compare(cfg, root: Path, *, eval_size: int) -> dict:
     cl = ClosedloopSide(cfg, root / "runs")
     trl = make_trl_trainer(cfg, base, root / "trl", questions=cl.step_questions(cfg.train.steps))
     check_prompt_ids(trl.processing_class, cl)
+    recorder = None
+    if record_to is not None:
+        from closedloop.integrations.trl import record
+
+        recorder = record(trl, run_dir=record_to, name="vs-trl")
     acc = {"base": cl.accuracy(read_hf_tensors(base), eval_size)}
     acc["trl_start"] = cl.accuracy(trl.model.state_dict(), eval_size)
     if acc["trl_start"] != acc["base"]:
@@ -102,6 +111,7 @@ def compare(cfg, root: Path, *, eval_size: int) -> dict:
         "closedloop_parts_s": cl.parts,
         "total_wall_s": total_wall,
         "recorded": recorded,
+        "trl_run_dir": None if recorder is None else str(recorder.run_dir),
     }
 
 
@@ -152,11 +162,7 @@ class ClosedloopSide:
 
     def step_questions(self, steps: int) -> list[list]:
         """The problems each step draws (``core.train.grpo.collect_step``'s seeds), in order."""
-        alg = self.s.cfg.algorithm
-        return [
-            [e.problem for e in self.s.envs.sample(alg.prompts_per_step, seed=self.seed(k))]
-            for k in range(steps)
-        ]
+        return step_questions(self.s.cfg, steps, envs=self.s.envs)
 
     def seed(self, step: int) -> int:
         return self.s.cfg.train.seed * 1_000_003 + step
@@ -218,14 +224,26 @@ class ClosedloopSide:
         }
 
 
+def step_questions(cfg, steps: int, *, envs=None) -> list[list]:
+    """The problems closedloop's step k draws (seed ``train.seed * 1_000_003 + k``), in order."""
+    if envs is None:
+        from core.envs.registry import make_env_source
+        from core.tokenizer.tokenizer import Tokenizer
+
+        envs = make_env_source(cfg, tok=Tokenizer.load())
+    n, seed = cfg.algorithm.prompts_per_step, cfg.train.seed
+    return [[e.problem for e in envs.sample(n, seed=seed * 1_000_003 + k)] for k in range(steps)]
+
+
 def read_hf_tensors(path: Path) -> dict[str, torch.Tensor]:
     from core.model.hf_checkpoint import read_hf_dir
 
     return read_hf_dir(path)[0]
 
 
-def make_trl_trainer(cfg, base: Path, out: Path, *, questions: list[list]):
-    """TRL's ``GRPOTrainer`` on the exported base model, configured as ``cfg`` (module docstring)."""
+def make_trl_trainer(cfg, base: Path, out: Path, *, questions: list[list], **overrides):
+    """TRL's ``GRPOTrainer`` on the exported base model, configured as ``cfg`` (module docstring);
+    ``overrides``: other ``GRPOConfig`` values (the benchmark passes none)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -236,7 +254,7 @@ def make_trl_trainer(cfg, base: Path, out: Path, *, questions: list[list]):
         for step in questions
         for p in step
     ]
-    args = GRPOConfig(
+    settings = dict(
         output_dir=str(out),
         max_steps=cfg.train.steps,
         per_device_train_batch_size=alg.prompts_per_step * alg.group_size,
@@ -278,6 +296,7 @@ def make_trl_trainer(cfg, base: Path, out: Path, *, questions: list[list]):
         log_level="error",
         dataloader_num_workers=0,
     )
+    args = GRPOConfig(**{**settings, **overrides})
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     trainer = GRPOTrainer(
         model=model,

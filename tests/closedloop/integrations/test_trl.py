@@ -1,0 +1,147 @@
+"""closedloop's TRL integration on benchmarks/vs_trl.py's TRL side (TRL 1.16 ``GRPOTrainer``,
+transformers generation, 2 steps of 2 prompts x 4 completions): the recorded run holds exactly
+what TRL computed (captured from TRL's own frames), the gate passes it with the checks TRL cannot
+feed declared not applicable, and recording does not change TRL's training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+from closedloop.integrations.trl import SAMPLE_ID_KEY, check_trl_version, record  # noqa: E402
+from contracts import run_gate  # noqa: E402
+from observability import open_run  # noqa: E402
+from tests.closedloop.integrations.trl_capture import TRLCapture, tiny_trainer  # noqa: E402
+
+
+def _train(root, **trl_args):
+    trainer = tiny_trainer(root, **trl_args)
+    rec = record(trainer, run_dir=root / "runs")
+    with TRLCapture() as cap:
+        trainer.train()
+    return trainer, rec.run_dir, cap
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trl")
+    return (root, *_train(root))
+
+
+def _tokens(con, sample_id: int) -> dict:
+    rows = con.execute(
+        "SELECT token_id, role, loss_mask, train_logp, old_logp, entropy, advantage, "
+        "clip_low, clip_high FROM tokens WHERE sample_id = ? ORDER BY pos",
+        [sample_id],
+    ).fetchall()
+    names = "ids role loss train old entropy adv low high".split()
+    return {n: [r[i] for r in rows] for i, n in enumerate(names)}
+
+
+def assert_recorded_as_trl_computed(run_dir, cap: TRLCapture) -> dict[str, int]:
+    """Every completion's tokens, log-probs, entropies, masks, clip branches, advantage and
+    rewards in the run equal TRL's tensors; returns counts (samples, clipped tokens)."""
+    con = open_run(run_dir)
+    first, expected = 0, {}
+    for batch, rewards in zip(cap.batches, cap.rewards, strict=True):
+        for i in range(len(batch["advantages"])):
+            expected[first + i] = (batch, rewards, i)
+        first += len(batch["advantages"])
+    seen, clipped = set(), 0
+    for loss in cap.losses:
+        inputs, mask = loss["inputs"], loss["mask"].bool()
+        low = loss["is_low_clipped"].expand_as(mask)
+        high = loss["is_high_clipped"].expand_as(mask)
+        for row, sid in enumerate(inputs[SAMPLE_ID_KEY].tolist()):
+            batch, rewards, i = expected[sid]
+            got = _tokens(con, sid)
+            prompt = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
+            n = int(batch["completion_mask"][i].sum())
+            completion = batch["completion_ids"][i][:n].tolist()
+            assert got["ids"] == prompt + completion
+            assert got["role"] == ["prompt"] * len(prompt) + ["action"] * n
+            act = slice(len(prompt), None)
+            assert got["loss"][act] == mask[row][:n].tolist()
+            for name, trl_name in (
+                ("train", "per_token_logps"),
+                ("old", "old_per_token_logps"),
+                ("entropy", "entropies"),
+            ):
+                want = loss[trl_name][row][:n].to(torch.float32).numpy()
+                np.testing.assert_array_equal(np.array(got[name][act], np.float32), want, name)
+            assert got["low"][act] == low[row][:n].tolist()
+            assert got["high"][act] == high[row][:n].tolist()
+            clipped += sum(got["low"][act]) + sum(got["high"][act])
+            adv = np.float32(loss["advantages"][row])
+            assert np.array(got["adv"][act], np.float32).tolist() == [adv] * n
+            comps = con.execute(
+                "SELECT component, value, weight FROM reward_components WHERE sample_id = ?",
+                [sid],
+            ).fetchall()
+            assert comps == [("arithmetic_verifier", float(rewards[i][0]), 1.0)]
+            seen.add(sid)
+    assert seen == set(expected)
+    (n_tokens,) = con.execute("SELECT count(*) FROM tokens WHERE role = 'action'").fetchone()
+    assert n_tokens == sum(int(b["completion_mask"].sum()) for b in cap.batches)
+    return {"samples": len(seen), "clipped": clipped}
+
+
+def test_recorded_tokens_equal_what_trl_computed(recorded):
+    _, _, run_dir, cap = recorded
+    assert len(cap.losses) == 2
+    assert assert_recorded_as_trl_computed(run_dir, cap)["samples"] == 16
+
+
+def test_a_generation_split_over_steps_records_staleness_and_clips(tmp_path):
+    """One generation of 8 completions serves two optimizer steps (steps_per_generation = 2):
+    the second half is trained one update late, its ratio moves and TRL clips tokens."""
+    _, run_dir, cap = _train(
+        tmp_path, steps_per_generation=2, per_device_train_batch_size=4, learning_rate=0.05
+    )
+    counts = assert_recorded_as_trl_computed(run_dir, cap)
+    assert counts["samples"] == 8 and counts["clipped"] > 0
+    con = open_run(run_dir)
+    rows = con.execute(
+        "SELECT step, list(DISTINCT staleness) FROM samples GROUP BY step ORDER BY step"
+    ).fetchall()
+    assert rows == [(0, [0]), (1, [1])]
+    gate = run_gate(run_dir, record=False)
+    assert {r.id: r.status for r in gate.results}["sparse_version.staleness_within_limit"] == "pass"
+
+
+def test_gate_passes_and_declares_what_trl_does_not_record(recorded):
+    _, _, run_dir, _ = recorded
+    gate = run_gate(run_dir, record=False)
+    got = {r.id: r.status for r in gate.results}
+    assert gate.passed, [(r.id, r.status, r.message) for r in gate.failed()]
+    for check in ("run.finished", "schema.unrecorded_null", "reward.total_recomputes"):
+        assert got[check] == "pass", check
+    assert got["sparse_version.staleness_within_limit"] == "pass"
+    for check in ("action.mismatch_abs_mean", "action.logp_finite", "action.tito_exact_ids"):
+        assert got[check] == "not_applicable", check  # no sampler log-probs without vLLM
+    con = open_run(run_dir)
+    (unrecorded,) = con.execute("SELECT unrecorded FROM runs").fetchone()
+    assert {"tokens.rollout_logp", "tokens.is_weight", "weight_syncs"} <= set(unrecorded)
+    steps = con.execute("SELECT step, loss, grad_norm, lr FROM steps ORDER BY step").fetchall()
+    assert [s[0] for s in steps] == [0, 1] and all(v is not None for s in steps for v in s)
+    assert (run_dir / "tokenizer.json").is_file()
+
+
+def test_recording_leaves_training_unchanged(recorded):
+    root, trainer, _, _ = recorded
+    plain = tiny_trainer(root)
+    plain.train()
+    losses = [h["loss"] for h in plain.state.log_history if "loss" in h]
+    assert losses == [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    for (k, a), b in zip(plain.model.state_dict().items(), trainer.model.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_unsupported_trl_versions_are_named():
+    assert check_trl_version("1.16.3") == "1.16.3"
+    for v in ("1.15.2", "1.17.0", "0.23.0"):
+        with pytest.raises(RuntimeError, match=r"supports trl >=1\.16,<1\.17 .* found trl"):
+            check_trl_version(v)
