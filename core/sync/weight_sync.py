@@ -65,6 +65,17 @@ def payload_checksum(
     return combined, per, nbytes
 
 
+def _expected_checksum(payload: dict, sent: str, dtype: torch.dtype | None) -> str | None:
+    """The checksum the engine's copy must have: the sent one (fp32 engine), that of the payload
+    cast to a bf16 engine's dtype, or None for a quantized payload (its layout is the engine's)."""
+    if not all(isinstance(v, torch.Tensor) for v in payload.values()):
+        return None
+    if dtype in (None, torch.float32):
+        return sent
+    cast = {k: v.to(dtype) if v.is_floating_point() else v for k, v in payload.items()}
+    return payload_checksum(cast)[0]
+
+
 @dataclass
 class SyncReport:
     sync_id: int
@@ -143,14 +154,19 @@ class WeightSync:
             phase("quantize", payload_bytes(payload), None)
         sent, per_tensor, nbytes = payload_checksum(payload)
         phase("send", nbytes, sent)
-        self.engine.load_weights(payload, version)
+        self.engine.load_weights(payload, version)  # refuses a bad payload: nothing switched
+        held = self.engine.weights  # what the engine holds now (vLLM: read back from it)
         if mem is not None:
-            mem.weights_switched(self.engine.weights, version)
+            mem.weights_switched(held, version)
         phase("switch", nbytes, None)
         hashed = {k: (payload[k], c) for k, c in per_tensor.items()}  # kept as sent: not re-hashed
-        received, _, _ = payload_checksum(self.engine_payload(per_tensor), hashed=hashed)
-        if self.engine.precision in ("fp32",) and received != sent:
-            raise RuntimeError(f"weight sync {self.sync_id}: checksum mismatch after switch")
+        received, _, _ = payload_checksum({k: held[k] for k in per_tensor}, hashed=hashed)
+        expected = _expected_checksum(payload, sent, getattr(self.engine, "dtype", None))
+        if expected is not None and received != expected:
+            raise RuntimeError(
+                f"weight sync {self.sync_id}: the engine holds other weights than were sent "
+                f"(checksum {received} != {expected} after the switch)"
+            )
         probe_max, probe_mean = self.probe(actor, *probe) if probe is not None else (None, None)
         phase("ack", nbytes, received, probe_max)
         self.telemetry.emit("weight_syncs", rows)
@@ -159,9 +175,6 @@ class WeightSync:
         report = SyncReport(self.sync_id, version, probe_max, probe_mean, nbytes)
         self.sync_id += 1
         return report
-
-    def engine_payload(self, names) -> dict:
-        return {k: self.engine.weights[k] for k in names}
 
     @torch.no_grad()
     def probe(self, actor: Actor, ids: torch.Tensor, valid: torch.Tensor) -> tuple[float, float]:

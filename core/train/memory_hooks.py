@@ -257,6 +257,25 @@ class TrainingMemory(WeightSyncMemory):
         )
         weakref.finalize(tensors[0], self._release, name)
 
+    def kv_pool_allocated(self, tensors: list, *, owner: str = "rollout") -> None:
+        """An engine's paged KV cache, allocated once for its lifetime (vLLM's ``kv_caches``):
+        one persistent ``saved_activations`` object of the bytes the engine reports."""
+        if not tensors:
+            return
+        self.ledger.create(
+            f"{owner}/kv_cache/pool",
+            "saved_activations",
+            sum(t.untyped_storage().nbytes() for t in tensors),
+            logical_shape=(len(tensors), *tensors[0].shape),
+            dtype=str(tensors[0].dtype),
+            layout="paged",
+            producer="vllm.allocate_kv_cache",
+            consumer=f"{owner}.attention",
+            owner=owner,
+            device=str(tensors[0].device),
+            persistent=True,
+        )
+
     def _release(self, name: str) -> None:
         if name in self.ledger:
             self.ledger.free(name)

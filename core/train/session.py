@@ -22,7 +22,8 @@ from core.model.source import load_policy
 from core.model.upcycle import sparse_from_dense
 from core.quant.wiring import build_quant_wiring
 from core.rewards.mix import RewardMixer
-from core.rollout.engine import RolloutEngine, left_pad
+from core.rollout.engine import left_pad
+from core.rollout.engines import build_engine
 from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
 from core.teachers.routing import load_teachers
@@ -119,8 +120,11 @@ class Session:
         self.envs = make_env_source(cfg, tok=self.tok)
         self.env_pool = ThreadPoolExecutor(cfg.rollout.env_threads, thread_name_prefix="env")
         """Steps a turn's environments concurrently in the sync loop (their latencies overlap)."""
-        self.engine = RolloutEngine(
-            self.model_cfg, precision=ENGINE_PRECISION[cfg.rollout.precision]
+        self.engine = build_engine(
+            cfg.rollout.engine,
+            self.model_cfg,
+            precision=ENGINE_PRECISION[cfg.rollout.precision],
+            logprob_mode=cfg.rollout.logprob_mode,
         )
         self.engine.dsa = engine_dsa(
             self.engine,
