@@ -110,8 +110,16 @@ class VllmEngine:
     """A vLLM ``LLM`` (shared per model shape in this process) behind the rollout protocol."""
 
     def __init__(
-        self, cfg: ModelConfig, *, precision: str = "fp32", logprob_mode: str = "processed"
+        self,
+        cfg: ModelConfig,
+        *,
+        precision: str = "fp32",
+        logprob_mode: str = "processed",
+        instance: str = "shared",
     ) -> None:
+        """``instance``: handles of the same instance name (and model, precision, mode) drive one
+        vLLM ``LLM``, reloading their own weights when another handle's are resident; a
+        teacher or a rollout worker names its own to get an engine of its own."""
         if precision not in PRECISIONS:
             raise ValueError(f"rollout.precision={precision!r} not in {sorted(PRECISIONS)}")
         architecture_of(cfg)  # MoE / DSA: a ValueError naming the field
@@ -120,6 +128,7 @@ class VllmEngine:
         self.precision = precision
         self.dtype = PRECISIONS[precision]
         self.logprob_mode = logprob_mode
+        self.instance = instance
         self.policy_version = -1
         self.memory_hooks = None
         self.dsa: dict = {}
@@ -131,7 +140,7 @@ class VllmEngine:
     # ---- weights -------------------------------------------------------------------------
     @property
     def _key(self) -> tuple:
-        return (repr(self.cfg), self.precision, self.logprob_mode)
+        return (repr(self.cfg), self.precision, self.logprob_mode, self.instance)
 
     def load_weights(self, weights: Mapping[str, object], version: int) -> None:
         """Install a full payload (engine layout) as ``version`` with vLLM's ``reload_weights``."""
@@ -326,6 +335,22 @@ class VllmEngine:
             out.append(scaled.gather(-1, torch.tensor(s[1:])[:, None]).squeeze(-1))
         return out
 
+    def prefill_logits(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """[N, T, V] next-token scores of a padded batch (one contiguous run of real slots per
+        row): vLLM's full-vocabulary ``prompt_logprobs``, i.e. the logits less their per-position
+        log-sum-exp, which every ``log_softmax(· / T)`` downstream is invariant to. Slot ``j``
+        predicts token ``j + 1``; the last real slot and padding are 0 (nothing to predict)."""
+        n, t = ids.shape
+        out = torch.zeros((n, t, self.cfg.vocab_size))
+        first = valid.long().argmax(dim=1).tolist()
+        seqs = [ids[i][valid[i]].tolist() for i in range(n)]
+        for i, row in enumerate(self.prompt_logprobs(seqs, -1)):
+            for j, pos in enumerate(row):
+                out[i, first[i] + j, list(pos.keys())] = torch.tensor(
+                    [lp.logprob for lp in pos.values()]
+                )
+        return out
+
     def prefill_logprobs(self, ids: torch.Tensor, valid: torch.Tensor, temperature: float = 1.0):
         """[P, T-1] log-probs of ``ids[:, 1:]`` (left-padded [P, T] batch; 0 on padding)."""
         seqs = [ids[i][valid[i]].tolist() for i in range(ids.shape[0])]
@@ -344,6 +369,11 @@ class VllmEngine:
 
     def kv_cache_peak_bytes(self) -> int:
         return self._kv_peak
+
+    @property
+    def kv_pool(self) -> list[torch.Tensor]:
+        """The paged KV cache tensors vLLM allocated (empty before the first load)."""
+        return [] if self._res is None else self._res.kv_tensors
 
     def kv_cache_capacity_bytes(self) -> int:
         """The paged cache vLLM allocated (all blocks), 0 before the first load."""

@@ -26,12 +26,17 @@ class TeacherConfig:
     """K of the ``topk`` payload (>= 1, at most the vocabulary)."""
     precision: str = "fp32"
     """Teacher engine numerics: ``fp32`` | ``bf16``."""
+    engine: str = "embedded"
+    """Teacher inference engine: ``embedded`` | ``vllm`` (each teacher its own vLLM engine;
+    scores from vLLM's ``prompt_logprobs``)."""
 
     def __post_init__(self) -> None:
         if self.payload not in PAYLOADS:
             raise ValueError(f"teachers.payload={self.payload!r} not in {list(PAYLOADS)}")
         if not (isinstance(self.topk, int) and self.topk >= 1):
             raise ValueError(f"teachers.topk={self.topk!r} must be an int >= 1")
+        if self.engine not in ("embedded", "vllm"):
+            raise ValueError(f"teachers.engine={self.engine!r} not in ['embedded', 'vllm']")
         if self.precision not in PRECISIONS:
             raise ValueError(f"teachers.precision={self.precision!r} not in {list(PRECISIONS)}")
         for domain, path in self.routes.items():

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from core.model.checkpoint import load_checkpoint
-from core.rollout.engine import RolloutEngine
+from core.rollout.engines import build_engine
 from core.sync.convert import actor_to_rollout
 from core.teachers.compat import check_compatible
 from core.teachers.config import PAYLOADS
@@ -86,6 +86,7 @@ class TeacherEngine:
         chat_template_rev: str,
         vocab_size: int,
         precision: str = "fp32",
+        engine: str = "embedded",
     ) -> TeacherEngine:
         """Load a checkpoint as a teacher after the compatibility check (``TeacherIncompatible``)."""
         path = Path(path)
@@ -100,9 +101,9 @@ class TeacherEngine:
             chat_template_rev=chat_template_rev,
             vocab_size=vocab_size,
         )
-        engine = RolloutEngine(cfg, precision=precision)
-        engine.load_weights(actor_to_rollout(weights, cfg), version=0)
-        return cls(teacher_id, engine, source=str(path), meta=meta)
+        served = build_engine(engine, cfg, precision=precision, instance=f"teacher/{teacher_id}")
+        served.load_weights(actor_to_rollout(weights, cfg), version=0)
+        return cls(teacher_id, served, source=str(path), meta=meta)
 
     @property
     def weights(self) -> dict:

@@ -37,6 +37,8 @@ def load_teachers(cfg, *, repo_root: Path, **student) -> tuple[dict[str, str], d
                     f"teachers.routes[{domain!r}]: no checkpoint at {path}; train the teacher "
                     "first (README, Teachers: the expert commands)"
                 )
-            by_path[path] = TeacherEngine.from_checkpoint(path, precision=cfg.precision, **student)
+            by_path[path] = TeacherEngine.from_checkpoint(
+                path, precision=cfg.precision, engine=cfg.engine, **student
+            )
         routes[domain] = by_path[path].teacher_id
     return routes, {t.teacher_id: t for t in by_path.values()}

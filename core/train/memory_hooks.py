@@ -226,6 +226,7 @@ class TrainingMemory(WeightSyncMemory):
                         persistent=True,
                     )
             teacher.engine.memory_hooks = _OwnedCaches(self, owner)
+            self.kv_pool_allocated(getattr(teacher.engine, "kv_pool", []), owner=owner)
 
     def teacher_payload(self, teacher_id: str, scores: Any) -> None:
         """A teacher's payload for the step (live IO, teacher -> trainer, freed at step end)."""

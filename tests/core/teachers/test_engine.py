@@ -102,3 +102,30 @@ def test_bad_positions_and_modes_are_refused(teacher, batch):
         teacher.prefill_and_score(ids, valid, bad, mode="sampled")
     with pytest.raises(ValueError, match="teachers.topk"):
         teacher.prefill_and_score(ids, valid, positions, mode="topk", k=V + 1)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("mode", ["sampled", "topk", "full"])
+def test_a_vllm_teacher_sends_the_embedded_teachers_payload(teacher, batch, mode):
+    """The same checkpoint served by vLLM (``teachers.engine = "vllm"``, scores from its
+    ``prompt_logprobs``) sends the same payload: the Top-k ids exactly, log-probs to fp32
+    kernel rounding (measured ≤ 1.4e-5 at T = 0.7; 5e-5 allowed)."""
+    tok = Tokenizer.load()
+    served = TeacherEngine.from_checkpoint(
+        BASE,
+        tokenizer_rev=tok.revision,
+        vocab_hash=tok.vocab_hash,
+        chat_template_rev=CHAT_TEMPLATE_REV,
+        vocab_size=V,
+        engine="vllm",
+    )
+    ids, valid, positions = batch
+    got = served.prefill_and_score(ids, valid, positions, mode=mode, k=5, temperature=0.7)
+    ref = teacher.prefill_and_score(ids, valid, positions, mode=mode, k=5, temperature=0.7)
+    assert got.nbytes == ref.nbytes and torch.equal(got.scored, ref.scored)
+    torch.testing.assert_close(got.logp, ref.logp, rtol=0, atol=5e-5)
+    if mode == "topk":
+        assert torch.equal(got.topk_ids[positions], ref.topk_ids[positions])
+        torch.testing.assert_close(got.topk_logp, ref.topk_logp, rtol=0, atol=5e-5)
+    if mode == "full":
+        torch.testing.assert_close(got.full_logp, ref.full_logp, rtol=0, atol=5e-5)
