@@ -23,6 +23,10 @@ whole run without one), with r the baseline run's largest per-step level (0 with
     first = first step with excess_t ≥ 1,  earliness = 1 − index(first) / len(window),
     score = log2(1 + strength) · (0.5 + 0.5·earliness)   (0 if it never reached 1).
 Reward components of a mixed reward: ``observability.reward_signals`` (``reward_component:<c>``).
+Stalls: the same table also ranks what a run is missing (``observability.stall_signals``: zero-
+variance groups, clipping, vanished advantages, the critic, teacher routes, falling reward
+components); a level counts above max(r, the signal's healthy ``floor``). ``observability.stall``
+decides whether a run without an onset stalled.
 Simplifications: steps are averaged over ranks; per-token levels fall back to the exact ``steps``
 aggregates (not restricted to clean samples) for steps whose token rows were not kept.
 """
@@ -41,6 +45,7 @@ from observability.reward_signals import (
     mixed_reward,
     task_reward,
 )
+from observability.stall_signals import STALL_SIGNALS, dynamic_signals, stall_levels
 
 
 # ---------------------------------------------------------------- run selection and step series
@@ -238,13 +243,19 @@ def suspect_levels(con: duckdb.DuckDBPyConnection, run_id: str | None = None) ->
     }
     for name, (col, count) in fallback.items():  # no per-token rows that step: step aggregates
         out[name] = out[name].astype("float64").mask(out[count].isna(), out[col].astype("float64"))
-    comp = []
-    wide = component_levels(con, rid)  # reward_component:<c> of a mixed-reward run
-    if not wide.empty:
-        out = out.merge(wide, on="step", how="left")
-        comp = [c for c in wide.columns if c != "step"]
-    cols = ["step", *(s.name for s in SIGNALS), "mismatch_signed", *comp]
+    extra = []
+    for wide in (component_levels(con, rid), stall_levels(con, rid)):  # see the module docstring
+        if not wide.empty:
+            out = out.merge(wide, on="step", how="left")
+            extra += [c for c in wide.columns if c != "step"]
+    cols = ["step", *(s.name for s in SIGNALS), "mismatch_signed", *extra]
     return out[cols].astype({c: "float64" for c in cols[1:]}).reset_index(drop=True)
+
+
+def all_signals(levels: pd.DataFrame) -> tuple[Signal, ...]:
+    """Every candidate of the table, in tie order: ``SIGNALS``, ``STALL_SIGNALS``, then the
+    reward-component, teacher-route and falling-component candidates present in ``levels``."""
+    return SIGNALS + STALL_SIGNALS + component_signals(levels) + dynamic_signals(levels)
 
 
 def rank_suspects(
@@ -253,11 +264,13 @@ def rank_suspects(
     onset_step: int | None = None,
     reference: dict[str, float] | None = None,
 ) -> pd.DataFrame:
-    """Rank ``SIGNALS`` by how early and how strongly each moved before ``onset_step``.
+    """Rank ``all_signals`` by how early and how strongly each moved before ``onset_step``.
 
-    ``levels``: output of ``suspect_levels``; ``reference``: baseline level per signal (its largest per-step level).
+    ``levels``: output of ``suspect_levels`` (a missing column counts 0); ``reference``:
+    baseline level per signal (its largest per-step level).
     Returns one row per signal, best first: rank, suspect, score, strength, first_step,
-    lead_steps (onset − first step), level_mean, reference, tolerance, moved, description.
+    lead_steps (onset − first step), level_mean, reference (max of the baseline's and the floor),
+    floor, tolerance, moved, description.
     """
     w = levels.sort_values("step")
     if onset_step is not None and (w["step"] < onset_step).any():
@@ -266,9 +279,9 @@ def rank_suspects(
         w = w[w["step"] <= onset_step]
     steps = w["step"].to_numpy()
     rows = []
-    for order, sig in enumerate(SIGNALS + component_signals(levels)):
-        level = w[sig.name].fillna(0.0).to_numpy()
-        ref = float((reference or {}).get(sig.name, 0.0) or 0.0)
+    for order, sig in enumerate(all_signals(levels)):
+        level = w[sig.name].fillna(0.0).to_numpy() if sig.name in w else np.zeros(len(w))
+        ref = max(float((reference or {}).get(sig.name, 0.0) or 0.0), sig.floor)
         excess = np.maximum(level - ref, 0.0) / sig.tolerance
         moved = excess >= 1.0
         strength = float(excess.mean()) if excess.size else 0.0
@@ -287,6 +300,7 @@ def rank_suspects(
                 else None,
                 "level_mean": float(level.mean()) if level.size else 0.0,
                 "reference": ref,
+                "floor": sig.floor,
                 "tolerance": sig.tolerance,
                 "moved": first is not None,
                 "description": sig.description,
@@ -313,9 +327,7 @@ def suspects(
     reference = None
     if baseline is not None:
         ref = suspect_levels(baseline, baseline_run_id)
-        reference = {
-            s.name: float(ref[s.name].fillna(0.0).max()) for s in SIGNALS + component_signals(ref)
-        }
+        reference = {s.name: float(ref[s.name].fillna(0.0).max()) for s in all_signals(ref)}
     return rank_suspects(suspect_levels(con, rid), onset_step=onset.step, reference=reference)
 
 

@@ -26,6 +26,9 @@ class Signal:
     description: str
     tolerance: float
     """τ: the level at which the sign counts as moved (a healthy run of this system stays below)."""
+    floor: float = 0.0
+    """Level a healthy run reaches by itself: only the excess above max(floor, the baseline's
+    level) counts, in units of τ."""
 
 
 def mixed_reward(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
