@@ -1,4 +1,5 @@
-"""CLI: ``closedloop telemetry compact|verify RUN`` and ``closedloop import FRAMEWORK SRC``.
+"""CLI: ``closedloop telemetry compact|verify RUN``, ``closedloop import FRAMEWORK SRC`` and
+``closedloop explain RUN [--baseline RUN] [--json]``.
 
 ``register(subparsers)`` adds the ``telemetry`` and ``import`` commands to the main CLI; every
 subcommand sets ``args.func(args) -> int`` (the exit code). ``python -m observability.cli`` runs it standalone.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+import duckdb
 
 from observability.compact import compact
 from observability.verify import verify
@@ -49,8 +52,23 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    import json
+
+    from observability.explain import explain
+
+    try:
+        result = explain(args.run, args.baseline)
+    except (ValueError, OSError, duckdb.Error) as e:
+        print(f"closedloop explain: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``telemetry {compact,verify}`` and ``import`` to an argparse subparsers object."""
+    """Add ``telemetry {compact,verify}``, ``import`` and ``explain`` to an argparse subparsers
+    object."""
     from observability.importers import IMPORTERS
 
     parser = subparsers.add_parser("telemetry", help="telemetry store maintenance")
@@ -77,6 +95,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--vocab-size", type=int, default=None, help="tokenizer vocabulary size (id checks)"
     )
     p.set_defaults(func=_import)
+    p = subparsers.add_parser(
+        "explain", help="collapse or stall, the ranked suspects and where to drill down"
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("--baseline", default=None, help="baseline (control) run directory")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.set_defaults(func=_explain)
 
 
 def main(argv: list[str] | None = None) -> int:
