@@ -202,21 +202,19 @@ def trained(
     old = inputs.get("old_per_token_logps")
     old = logps if old is None else old
     low, high = clip_masks(logps, old, inputs["advantages"], mask, settings)
-    b = len(sample_ids)
+    keep = _rows(off_policy_mask, len(sample_ids))
     cols = {
         "train_logp": _np(logps),
         "old_logp": _np(old),
         "entropy": None if entropies is None else _np(entropies),
         "clip_low": None if low is None else _np(low),
         "clip_high": None if high is None else _np(high),
-        "keep": _rows(off_policy_mask, b),
+        "keep": None if keep is None else np.repeat(keep, logps.shape[1], axis=1),
     }
-    width = logps.shape[1]
-    out = {}
-    for i, sid in enumerate(sample_ids.tolist()):
-        row = {k: None if v is None else np.broadcast_to(v[i], width) for k, v in cols.items()}
-        out[sid] = Trained(step=step, **row)
-    return out
+    return {
+        sid: Trained(step=step, **{k: None if v is None else v[i] for k, v in cols.items()})
+        for i, sid in enumerate(sample_ids.tolist())
+    }
 
 
 def _with_prompt(n_prompt: int, values: np.ndarray | None, n: int, fill: Any = 0) -> Any:

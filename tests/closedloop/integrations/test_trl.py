@@ -145,3 +145,51 @@ def test_unsupported_trl_versions_are_named():
     for v in ("1.15.2", "1.17.0", "0.23.0"):
         with pytest.raises(RuntimeError, match=r"supports trl >=1\.16,<1\.17 .* found trl"):
             check_trl_version(v)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_trl_with_vllm_records_sampling_logps_and_is_weights(tmp_path, monkeypatch):
+    """TRL samples with vLLM (colocate, vllm-cpu): the run holds vLLM's per-token sampling
+    log-probs as rollout_logp, TRL's per-token importance-sampling weights (token_mask mode,
+    bounds [0.5, 2]) as is_weight, their mask as trust_mask, and the gate runs the mismatch
+    checks on them."""
+    pytest.importorskip("vllm")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    trainer, run_dir, cap = _train(
+        tmp_path,
+        steps=1,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_max_model_length=64,
+        vllm_importance_sampling_mode="token_mask",
+        vllm_importance_sampling_clip_min=0.5,
+        vllm_importance_sampling_clip_max=2.0,
+    )
+    assert assert_recorded_as_trl_computed(run_dir, cap)["samples"] == 8
+    con = open_run(run_dir)
+    (batch,) = cap.batches
+    for i in range(8):
+        rows = con.execute(
+            "SELECT rollout_logp, is_weight, trust_mask, old_logp FROM tokens "
+            "WHERE sample_id = ? AND role = 'action' ORDER BY pos",
+            [i],
+        ).fetchall()
+        n = len(rows)
+        got = np.array([r[:2] for r in rows], np.float32)
+        want_logp = batch["sampling_per_token_logps"][i][:n].numpy()
+        want_w = batch["importance_sampling_ratio"][i][:n].numpy()
+        np.testing.assert_array_equal(got[:, 0], want_logp)
+        np.testing.assert_array_equal(got[:, 1], want_w)
+        assert [r[2] for r in rows] == (want_w > 0).tolist()
+        old = batch["old_per_token_logps"][i][:n].numpy()
+        np.testing.assert_array_equal(np.array([r[3] for r in rows], np.float32), old)
+    (mean,) = con.execute("SELECT mismatch_abs_mean FROM steps").fetchone()
+    logged = trainer.state.log_history[0]["sampling/sampling_logp_difference/mean"]
+    assert mean == pytest.approx(logged, rel=1e-4)  # TRL's scalar, now per token
+    gate = run_gate(run_dir, record=False)
+    got = {r.id: r.status for r in gate.results}
+    assert gate.passed, [(r.id, r.status, r.message) for r in gate.failed()]
+    assert got["action.mismatch_abs_mean"] == got["action.logp_finite"] == "pass"

@@ -1,0 +1,118 @@
+"""Cost of closedloop's TRL integration per TRL step: benchmarks/vs_trl.py's TRL side (TRL 1.16
+``GRPOTrainer``, the default config: 8 prompts x 8 completions per step, transformers
+generation on the CPU) trained with and without ``closedloop.integrations.trl.record``,
+interleaved run by run (off, on, then on, off, ...) so the machine's load falls on both alike.
+
+A step is measured from one ``on_step_begin`` to the next (the last to ``on_train_end``), so it
+holds everything the integration adds: the captures, the step's rows, the sink's ``emit`` and
+the logged step; its CPU is the process CPU (every thread: the sink's writer thread included).
+The first step of each run is left out (warm-up). Both sides must train identically (the
+integration reads and never changes TRL's numbers): the script checks the logged losses.
+Usage: python benchmarks/trl_overhead.py [--rounds 3] [--steps 8] [--threads 1] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+warnings.filterwarnings("ignore")
+
+
+def vs_trl():
+    path = Path(__file__).resolve().parent / "vs_trl.py"
+    spec = importlib.util.spec_from_file_location("bench_vs_trl", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def one_run(bench, cfg, base: Path, root: Path, *, recorded: bool) -> dict:
+    """Train one TRL run; per-step wall and process-CPU seconds (the first step dropped)."""
+    from transformers import TrainerCallback
+
+    trainer = bench.make_trl_trainer(
+        cfg, base, root / "trl", questions=bench.step_questions(cfg, cfg.train.steps)
+    )
+    marks: list[tuple[float, float]] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            marks.append((time.perf_counter(), time.process_time()))
+
+        def on_train_end(self, args, state, control, **kw):
+            marks.append((time.perf_counter(), time.process_time()))
+
+    trainer.add_callback(Clock())
+    run_dir = None
+    if recorded:
+        from closedloop.integrations.trl import record
+
+        run_dir = record(trainer, run_dir=root / "runs", name="overhead").run_dir
+    trainer.train()
+    steps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(marks, marks[1:])][1:]
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {"steps": steps, "losses": losses, "run_dir": run_dir}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from core.model.hf_export import export_hf
+    from core.train.driver import resolve_config
+
+    bench = vs_trl()
+    cfg = resolve_config(None, [], steps=args.steps, seed=0)
+    side: dict[bool, list] = {False: [], True: []}
+    losses: dict[bool, list] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        base = export_hf(root / "base")
+        for r in range(args.rounds):
+            for recorded in (False, True) if r % 2 == 0 else (True, False):
+                out = one_run(bench, cfg, base, root / f"{r}-{int(recorded)}", recorded=recorded)
+                side[recorded] += out["steps"]
+                losses[recorded].append(out["losses"])
+    if any(a != losses[False][0] for a in losses[True] + losses[False]):
+        raise RuntimeError(f"the recorded runs trained differently: {losses}")
+    result = {
+        "rounds": args.rounds,
+        "steps_per_run": args.steps,
+        "threads": args.threads,
+        "samples_per_step": cfg.algorithm.prompts_per_step * cfg.algorithm.group_size,
+        **{
+            f"{name}_{clock}": statistics.median(s[i] for s in side[rec])
+            for name, rec in (("off", False), ("on", True))
+            for i, clock in enumerate(("wall_s", "cpu_s"))
+        },
+    }
+    for clock in ("wall_s", "cpu_s"):
+        result[f"overhead_{clock}"] = result[f"on_{clock}"] / result[f"off_{clock}"] - 1
+    print(
+        f"TRL step, median of {len(side[True])} steps per side ({args.rounds} interleaved "
+        f"rounds, {result['samples_per_step']} completions a step, {args.threads} thread):\n"
+        f"  without: wall {result['off_wall_s']:.3f} s, CPU {result['off_cpu_s']:.3f} s\n"
+        f"  with closedloop: wall {result['on_wall_s']:.3f} s, CPU {result['on_cpu_s']:.3f} s\n"
+        f"  overhead: wall {100 * result['overhead_wall_s']:+.1f}%, "
+        f"CPU {100 * result['overhead_cpu_s']:+.1f}% (goal <= 5%); losses identical"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
