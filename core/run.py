@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+from core.algorithms.config import run_label
 from core.config import RunConfig
 from observability.telemetry import NullTelemetry
 
@@ -58,7 +59,7 @@ def open_telemetry(
         "config": cfg.to_dict(),
         "git_sha": git_sha(),
         "device": "cpu",
-        "algorithm": a.name,
+        "algorithm": run_label(a.name, a.advantage, len(set(cfg.teachers.routes.values()))),
         "tokenizer_rev": tokenizer_rev,
         "chat_template_rev": chat_template_rev,
         "vocab_size": vocab_size,

@@ -22,6 +22,15 @@ of the policy loss (the sampled-token reverse-KL gradient); ``topk`` — the Top
 the truncation correction as its own loss term (``core.algorithms.topk_kl``)."""
 
 
+def run_label(name: str, advantage: str, n_teachers: int) -> str:
+    """What a run records as its algorithm (``runs.algorithm``): the advantage actually used —
+    ``grpo``, ``opd``, ``grpo+opd``, with ``mopd`` for OPD over several teacher checkpoints —
+    or the critic algorithm's name (``sao``, ``compaction``: GAE advantages)."""
+    if name != "grpo":
+        return name
+    return advantage.replace("opd", "mopd") if n_teachers > 1 else advantage
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     name: str = "grpo"

@@ -70,3 +70,10 @@ def test_plain_grpo_run_next_to_the_teacher_run(monkeypatch, root, teacher_run, 
     assert tiny_run.name in names and teacher_run.name in names
     at = run_page(monkeypatch, root, [tiny_run.name], "Teachers")
     assert any("No teacher routes" in n for n in notes(at))
+
+
+def test_overview_names_the_advantage_each_run_used(monkeypatch, root, teacher_run, tiny_run):
+    at = run_page(monkeypatch, root, [tiny_run.name, teacher_run.name], "Overview")
+    algorithm = at.dataframe[0].value.set_index("run")["algorithm"]
+    # GRPO + the OPD term over two routed teachers, next to plain GRPO
+    assert algorithm[teacher_run.name] == "grpo+mopd" and algorithm[tiny_run.name] == "grpo"
