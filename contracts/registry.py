@@ -29,6 +29,7 @@ CONTRACTS = (
     "sparse_version",
     "agentic",
     "teacher_quant",
+    "teacher_provenance",
     "long_horizon",
     "reward",
     "memory",

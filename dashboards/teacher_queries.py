@@ -22,16 +22,35 @@ def teacher_routes(con: Con) -> pd.DataFrame:
 
 
 def route_table(con: Con) -> pd.DataFrame:
-    """One row per route over the run: samples, tokens, bytes, first and last sampled KL."""
+    """One row per route over the run: samples, tokens, bytes, first and last sampled KL, and its
+    provenance: the domains the teacher was trained on, its source (``same`` when its lineage
+    starts at the student's SFT base) against the declared one, the first 8 hex digits of its
+    source and config hashes, and whether the route passes the provenance contract."""
     return df(
         con,
         """
+        WITH r AS (
         SELECT domain, teacher_id, any_value(payload) AS payload, count(*) AS steps,
                sum(n_samples) AS samples, sum(n_tokens) AS tokens,
                sum(payload_bytes) AS payload_bytes,
                arg_min(reverse_kl, step) AS first_reverse_kl,
-               arg_max(reverse_kl, step) AS last_reverse_kl
-        FROM teacher_routes GROUP BY domain, teacher_id ORDER BY domain""",
+               arg_max(reverse_kl, step) AS last_reverse_kl,
+               any_value(teacher_domains) AS domains,
+               any_value(teacher_source_sha256) AS src,
+               any_value(student_source_sha256) AS student_src,
+               any_value(teacher_config_sha256) AS cfg,
+               any_value(declared_source) AS declared_source
+        FROM teacher_routes GROUP BY domain, teacher_id)
+        SELECT domain, teacher_id, payload, steps, samples, tokens, payload_bytes,
+               first_reverse_kl, last_reverse_kl,
+               array_to_string(domains, ', ') AS trained_on,
+               CASE WHEN src IS NULL OR student_src IS NULL THEN NULL
+                    WHEN src = student_src THEN 'same' ELSE 'off' END AS source,
+               declared_source, src[:8] AS source_sha, cfg[:8] AS config_sha,
+               coalesce(list_contains(domains, domain)
+                        AND (src = student_src) = (declared_source = 'same'), false)
+                   AS provenance_ok
+        FROM r ORDER BY domain""",
     )
 
 

@@ -25,3 +25,5 @@ MEMORY_CATEGORIES = (
 MEMORY_EVENTS = ("create", "transfer", "reuse", "free")
 CONTRACT_STATUSES = ("pass", "fail", "warn", "error", "not_applicable")
 TEACHER_PAYLOADS = ("sampled", "topk", "full")
+TEACHER_SOURCES = ("same", "off")
+"""A teacher's source relative to the student: forked from the same SFT base, or not."""

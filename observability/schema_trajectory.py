@@ -248,6 +248,28 @@ TABLES: tuple[TableSpec, ...] = (
             _c("opd_adv_mean", F64, "mean OPD advantage w * (teacher_logp - train_logp)"),
             _nonneg("opd_adv_std", F64, "spread (population std) of the OPD advantage"),
             _nonneg("topk_kl", F64, "mean Top-k reverse KL per position, when that term trained"),
+            _c(
+                "teacher_domains",
+                pa.list_(STR),
+                "domains the teacher checkpoint was trained on (null: it does not say)",
+            ),
+            _c(
+                "teacher_source_sha256",
+                STR,
+                "sha256 of the first weights of the teacher's lineage (its SFT base)",
+            ),
+            _c("teacher_config_sha256", STR, "sha256 of the config that trained the teacher"),
+            _c(
+                "student_source_sha256",
+                STR,
+                "sha256 of the first weights of the student's lineage (same-source: equal)",
+            ),
+            _enum(
+                "declared_source",
+                E.TEACHER_SOURCES,
+                "the run's declared source of the route's teacher (teachers.sources)",
+                nullable=True,
+            ),
         ),
         key=("run_id", "step", "domain", "teacher_id"),
     ),

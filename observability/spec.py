@@ -12,7 +12,7 @@ from functools import cached_property
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Bumped when a column changes meaning or type, or tables and columns are added; stored in every
 ``runs`` row and part file. Version 2 (async agentic RL): the ``turns`` table; per-token ``turn``
 and ``kv_version``; per-sample ``worker``, ``env_latency_s``, ``refill``,
@@ -23,9 +23,11 @@ denominator. Version 4 (teachers and mixed rewards): the ``teacher_routes`` tabl
 ``teacher_prefix_hash``; per-step teacher payload, bytes, KL, distill loss and judge–verifier
 agreement; ``reward_components`` values may be null (a component that could not score).
 Version 5 (other trainers' loss internals): per-token ``clip_low``, ``clip_high`` and
-``is_weight``. Readers open older runs (missing columns and tables read as null / empty)."""
+``is_weight``. Version 6 (teacher provenance): per route the teacher's trained domains, source
+and config hashes, the student's source and the declared source. Readers open older runs
+(missing columns and tables read as null / empty)."""
 
-KNOWN_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+KNOWN_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
 """Versions a reader of this schema can open."""
 
 

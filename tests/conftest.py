@@ -101,14 +101,17 @@ def compaction_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def teacher_dirs(tmp_path_factory) -> dict[str, Path]:
-    """Two teachers (the SFT base; a perturbed copy) and, from the tiny run's verified rollouts,
-    a barely trained ORM and judge: {"same": , "other": , "orm": , "judge": } directories."""
+    """Two teachers (the SFT base; a perturbed fork of it, recorded as forked from the base: the
+    same source) and, from the tiny run's verified rollouts, a barely trained ORM and judge:
+    {"same": , "other": , "orm": , "judge": } directories."""
     from tests.teacher_artifacts import teacher_checkpoint
 
     root = tmp_path_factory.mktemp("teachers")
     return {
         "same": teacher_checkpoint(root / "same-source"),
-        "other": teacher_checkpoint(root / "perturbed", noise=0.3, seed=1),
+        "other": teacher_checkpoint(
+            root / "perturbed", noise=0.3, seed=1, base_model="core/assets/base_model"
+        ),
     }
 
 

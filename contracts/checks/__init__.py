@@ -11,5 +11,6 @@ from contracts.checks import (  # noqa: F401  (registration side effects)
     run,
     schema,
     sparse_version,
+    teacher_provenance,
     teacher_quant,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from observability.enums import TEACHER_PAYLOADS as PAYLOADS
+from observability.enums import TEACHER_SOURCES as SOURCES
 
 # Payload modes: the sampled token's log-prob; the Top-k ids + log-probs (and the sampled
 # token's log-prob); the whole vocabulary's log-probs.
@@ -29,6 +30,10 @@ class TeacherConfig:
     engine: str = "embedded"
     """Teacher inference engine: ``embedded`` | ``vllm`` (each teacher its own vLLM engine;
     scores from vLLM's ``prompt_logprobs``)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Domain (or ``"*"``) -> the declared source of its teacher: ``same`` (forked from the
+    student's SFT base, the default for every route) or ``off`` (another lineage, on purpose);
+    the ``teacher_provenance`` contract checks it against the checkpoints."""
 
     def __post_init__(self) -> None:
         if self.payload not in PAYLOADS:
@@ -39,6 +44,9 @@ class TeacherConfig:
             raise ValueError(f"teachers.engine={self.engine!r} not in ['embedded', 'vllm']")
         if self.precision not in PRECISIONS:
             raise ValueError(f"teachers.precision={self.precision!r} not in {list(PRECISIONS)}")
+        for domain, source in self.sources.items():
+            if source not in SOURCES:
+                raise ValueError(f"teachers.sources[{domain!r}]={source!r} not in {list(SOURCES)}")
         for domain, path in self.routes.items():
             if not domain or not isinstance(path, str) or not path:
                 raise ValueError(

@@ -34,6 +34,9 @@ class TeacherBatch:
     """[B, T] int64: the teacher's prefix hash of each slot it received (0 elsewhere)."""
     bytes_by_teacher: dict[str, int] = field(default_factory=dict)
     """teacher id -> payload bytes it sent this step."""
+    provenance: dict[str, dict] = field(default_factory=dict)
+    """Routed domain (or ``"*"``) -> its ``teacher_routes`` provenance columns
+    (``core.teachers.provenance.route_provenance``)."""
 
     @property
     def nbytes(self) -> int:

@@ -143,6 +143,7 @@ def save_final_checkpoint(session, run_dir: Path) -> Path:
     """The actor's final weights as ``RUN_DIR/checkpoint`` or ``train.checkpoint_dir`` (loadable
     as ``train.base_model`` or as a teacher)."""
     from core.model.checkpoint import save_checkpoint
+    from core.teachers.provenance import checkpoint_provenance
 
     out = run_dir / "checkpoint"
     if session.cfg.train.checkpoint_dir:
@@ -158,6 +159,7 @@ def save_final_checkpoint(session, run_dir: Path) -> Path:
         "base_model": session.cfg.train.base_model,
         "task": session.cfg.to_dict()["task"],
     }
+    meta |= checkpoint_provenance(session.cfg, session.base_meta, repo_root=REPO_ROOT)
     save_checkpoint(out, session.actor.named_weights(), session.model_cfg, meta)
     return out
 

@@ -147,7 +147,7 @@ def teacher_scores(s: Session, traj: Trajectories) -> TeacherBatch | None:
     if not s.models.teachers:
         return None
     tc = s.cfg.teachers
-    return score_with_teachers(
+    batch = score_with_teachers(
         traj,
         s.models.teachers,
         s.teacher_routes,
@@ -156,6 +156,8 @@ def teacher_scores(s: Session, traj: Trajectories) -> TeacherBatch | None:
         temperature=s.cfg.rollout.temperature,
         memory=s.memory,
     )
+    batch.provenance = s.teacher_provenance
+    return batch
 
 
 def policy_term(

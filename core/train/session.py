@@ -26,6 +26,7 @@ from core.rollout.engine import left_pad
 from core.rollout.engines import build_engine
 from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
+from core.teachers.provenance import route_provenance
 from core.teachers.routing import load_teachers
 from core.tokenizer.chat_template import encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
@@ -158,6 +159,13 @@ class Session:
             cfg.teachers, repo_root=REPO_ROOT, **student
         )
         self.memory.teachers_loaded(self.models.teachers)
+        self.teacher_provenance = route_provenance(
+            self.teacher_routes,
+            {tid: t.meta for tid, t in self.models.teachers.items()},
+            self.base_meta,
+            cfg.teachers.sources,
+            repo_root=REPO_ROOT,
+        )
         self.rewards = RewardMixer(cfg.rewards, tok=self.tok, repo_root=REPO_ROOT, student=student)
         self.eval_by_domain: dict[str, float] = {}  # the latest evaluation, per domain
         self.generator = torch.Generator().manual_seed(cfg.train.seed)

@@ -3,7 +3,8 @@
 ``teacher_routes``: one row per (domain, teacher) the step routed — samples, scored tokens,
 payload bytes, the sampled reverse-KL estimate mean(log π_θ − log π_T), the OPD advantage's mean
 and spread (w · the log-ratio, the part that enters Â or would), and the Top-k reverse KL when
-that term trained. Token columns: ``teacher_id`` and the teacher's own prefix hash of every
+that term trained, and the route's provenance (``core.teachers.provenance``: the teacher's trained
+domains, source and config hashes, the student's source, the declared source). Token columns: ``teacher_id`` and the teacher's own prefix hash of every
 token it received (the same-ids contract compares it with the rollout's ``prefix_hash``).
 Unrouted samples (no teacher for their domain) get no route row and null teacher columns.
 """
@@ -14,7 +15,16 @@ import numpy as np
 import torch
 
 from core.rollout.trajectories import Trajectories
+from core.teachers.config import WILDCARD
 from core.teachers.engine import payload_bytes_per_position
+
+PROVENANCE_COLUMNS = (
+    "teacher_domains",
+    "teacher_source_sha256",
+    "teacher_config_sha256",
+    "student_source_sha256",
+    "declared_source",
+)
 
 
 def teacher_token_columns(traj: Trajectories, teacher, *, sel: torch.Tensor) -> dict:
@@ -47,6 +57,7 @@ def teacher_route_rows(
     keys = sorted({(d, x) for d, x in zip(traj.domain, traj.teacher_id) if x is not None})
     cols = {k: [] for k in ("domain", "teacher_id", "n_samples", "n_tokens", "payload_bytes")}
     cols |= {k: [] for k in ("reverse_kl", "opd_adv_mean", "opd_adv_std", "topk_kl")}
+    cols |= {k: [] for k in PROVENANCE_COLUMNS}
     for domain, tid in keys:
         rows = torch.tensor(
             [d == domain and x == tid for d, x in zip(traj.domain, traj.teacher_id)]
@@ -65,6 +76,9 @@ def teacher_route_rows(
         cols["opd_adv_std"].append(float(adv.std(unbiased=False)) if n else None)
         kl = None if per_pos is None or not n else float(per_pos[m].double().mean())
         cols["topk_kl"].append(kl)
+        prov = teacher.provenance.get(domain) or teacher.provenance.get(WILDCARD) or {}
+        for k in PROVENANCE_COLUMNS:
+            cols[k].append(prov.get(k))
     cols["step"] = step
     cols["payload"] = teacher.mode
     return cols

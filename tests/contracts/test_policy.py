@@ -25,6 +25,7 @@ def test_registry_lists_every_contract_of_the_issue():
         "sparse_version",
         "agentic",
         "teacher_quant",
+        "teacher_provenance",
         "reward",
         "memory",
         "parallel",

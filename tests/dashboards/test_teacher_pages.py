@@ -52,6 +52,11 @@ def test_teachers_page_route_table_and_domains(monkeypatch, root, teacher_run):
     assert list(table["domain"]) == ["addition", "subtraction"]
     assert table["teacher_id"].nunique() == 2 and set(table["payload"]) == {"topk"}
     assert (table["samples"] > 0).all() and (table["payload_bytes"] == table["tokens"] * 36).all()
+    # provenance: both teachers forked from the SFT base (a copy, a perturbed fork) over both
+    # domains, declared same-source by default
+    assert list(table["trained_on"]) == ["addition, subtraction"] * 2
+    assert list(table["source"]) == list(table["declared_source"]) == ["same", "same"]
+    assert table["provenance_ok"].all() and table["config_sha"].str.len().eq(8).all()
     kl = figures(at)[EXPECTED["Teachers"][0]]
     assert set(kl["names"]) == {"addition", "subtraction"}  # one curve per domain
 
