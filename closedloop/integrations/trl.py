@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from closedloop.integrations import trl_batch as B
-from observability.emit_step import step_columns, unrecorded_in
+from closedloop.integrations import trl_columns as C
+from observability.emit_step import unrecorded_in
 from observability.writer import RUN_INFO_KEYS, DuckDBTelemetry
 
 SUPPORTED_TRL = ((1, 16), (1, 17))
@@ -217,8 +218,12 @@ class TRLRecorder:
         }
         self.rewards: tuple[Any, Any] | None = None
         self.forwards: list | None = None
-        self.generated: dict[int, B.Generated] = {}
-        self.trained: dict[int, B.Trained] = {}
+        self.gens: dict[int, B.GenBatch] = {}
+        """Generation batches by first sample id, until all their samples are recorded."""
+        self.waiting: dict[int, int] = {}
+        """Samples of each generation batch not yet recorded."""
+        self.losses: list[B.LossBatch] = []
+        """The current optimizer step's loss batches (their first time in a loss)."""
         self.recorded: set[int] = set()
         self.next_id = 0
         self.sink: DuckDBTelemetry | None = None
@@ -237,19 +242,19 @@ class TRLRecorder:
         rewards, completion_ids = self.rewards
         self.rewards = None
         first = self.next_id
-        self.generated.update(
-            B.generated(
-                out, completion_ids, rewards,
-                first_id=first,
-                num_generations=trainer.num_generations,
-                policy_version=trainer.state.global_step,
-            )
-        )  # fmt: skip
+        gen = B.gen_batch(
+            out, completion_ids, rewards, first_id=first, policy_version=trainer.state.global_step
+        )
+        self.gens[first], self.waiting[first] = gen, len(completion_ids)
         self.next_id += len(completion_ids)
         return torch.arange(first, self.next_id)
 
     def on_loss(self, trainer: Any, inputs: dict, logps: Any, entropies: Any) -> None:
         s = self.settings
+        ids = inputs[SAMPLE_ID_KEY].cpu().numpy()
+        new = np.array([i not in self.recorded for i in ids.tolist()], dtype=bool)
+        if not new.any():  # a later iteration (num_iterations > 1): recorded already
+            return
         keep = None
         if s.off_policy_mask_threshold is not None:
             mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
@@ -264,14 +269,21 @@ class TRLRecorder:
                 mask=mask,
                 off_policy_threshold=s.off_policy_mask_threshold,
             )
-        ids = inputs[SAMPLE_ID_KEY].cpu().numpy()
-        rows = B.trained(
+        lb = B.loss_batch(
             inputs, ids, logps, entropies,
             settings=s, step=trainer.state.global_step, off_policy_mask=keep,
         )  # fmt: skip
-        for sid, row in rows.items():
-            if sid not in self.recorded and sid not in self.trained:
-                self.trained[sid] = row
+        if not new.all():
+            lb = B.LossBatch(
+                step=lb.step,
+                ids=lb.ids[new],
+                **{
+                    k: None if getattr(lb, k) is None else getattr(lb, k)[new]
+                    for k in C.LOSS_FIELDS
+                },
+            )
+        self.recorded.update(lb.ids.tolist())
+        self.losses.append(lb)
 
     # -- step boundaries (callback) and logs --
     def step_begin(self) -> None:
@@ -281,26 +293,22 @@ class TRLRecorder:
     def step_end(self, global_step: int, *, will_log: bool) -> None:
         took = time.perf_counter() - self.t_step
         step = global_step - 1
-        ids = sorted(self.trained)
-        pairs = [(self.generated.pop(i), self.trained.pop(i)) for i in ids]
-        trajs = [
-            B.trajectory(
-                i, g, t, settings=self.settings, weights=self.weights, eos_ids=self.eos_ids
+        if not self.losses:
+            return
+        ids, rows = C.gather(self.losses, list(self.gens.values()))
+        self.losses = []
+        columns = C.step_tables(
+            ids, rows, settings=self.settings, weights=self.weights,
+            group_size=self.trainer.num_generations, eos_ids=self.eos_ids,
+        )  # fmt: skip
+        columns["reward_components"]["component"] = self.names * len(ids)
+        columns["steps"].update(step=step, policy_version=global_step, step_time_s=took)
+        for first in list(self.waiting):
+            self.waiting[first] -= int(
+                ((ids >= first) & (ids < first + len(self.gens[first].n))).sum()
             )
-            for i, (g, t) in zip(ids, pairs, strict=True)
-        ]
-        self.recorded.update(ids)
-        values: dict[str, Any] = {"step_time_s": took}
-        flags = [
-            (tr.clip_low | tr.clip_high)[tr.loss_mask] for tr in trajs if tr.clip_low is not None
-        ]
-        if flags:
-            values["clip_fraction"] = (
-                float(np.concatenate(flags).mean()) if sum(map(len, flags)) else 0.0
-            )
-        columns = step_columns(step, trajs, policy_version=global_step, **values)
-        rewards = np.array([g.rewards for g, _ in pairs], dtype=np.float64)
-        columns["reward_components"] = self._reward_columns(step, ids, rewards)
+            if self.waiting[first] == 0:
+                del self.waiting[first], self.gens[first]
         self.pending = (step, columns)
         if not will_log:
             self.flush_pending()
@@ -315,20 +323,6 @@ class TRLRecorder:
             )
         self.last_logged = global_step
         self.flush_pending()
-
-    def _reward_columns(self, step: int, ids: list[int], rewards: np.ndarray) -> dict[str, Any]:
-        """One ``reward_components`` row per sample and reward function (``rewards``: ``[N, K]``,
-        NaN where the function returned None)."""
-        k = len(self.names)
-        nan = np.isnan(rewards.reshape(-1, k))
-        return {
-            "sample_id": np.repeat(np.array(ids, dtype=np.int64), k),
-            "component": self.names * len(ids),
-            "value": np.ma.masked_array(rewards.ravel(), mask=nan.ravel()),
-            "weight": np.tile(self.weights, len(ids)),
-            "failure_reason": ["reward function returned None" if m else None for m in nan.ravel()],
-            "step": step,
-        }
 
     def flush_pending(self) -> None:
         """Emit the pending step (opening the sink at the first one)."""

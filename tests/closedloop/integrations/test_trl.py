@@ -13,7 +13,8 @@ pytest.importorskip("trl")
 
 from closedloop.integrations.trl import SAMPLE_ID_KEY, check_trl_version, record  # noqa: E402
 from contracts import run_gate  # noqa: E402
-from observability import open_run  # noqa: E402
+from observability import Trajectory, open_run  # noqa: E402
+from observability.rollup import step_rollup  # noqa: E402
 from tests.closedloop.integrations.trl_capture import TRLCapture, tiny_trainer  # noqa: E402
 
 
@@ -93,6 +94,49 @@ def test_recorded_tokens_equal_what_trl_computed(recorded):
     _, _, run_dir, cap = recorded
     assert len(cap.losses) == 2
     assert assert_recorded_as_trl_computed(run_dir, cap)["samples"] == 16
+
+
+def assert_rollups_as_observability_computes(run_dir) -> None:
+    """The vectorized step rows equal ``observability.step_rollup`` over ``Trajectory`` objects
+    rebuilt one by one from the recorded rows (the loop reference of ``trl_columns``)."""
+    con = open_run(run_dir)
+    for (step,) in con.execute("SELECT DISTINCT step FROM steps ORDER BY step").fetchall():
+        toks = con.execute(
+            "SELECT sample_id, list(token_id ORDER BY pos), list(role ORDER BY pos), "
+            "list(loss_mask ORDER BY pos), list(train_logp ORDER BY pos), "
+            "list(rollout_logp ORDER BY pos), list(entropy ORDER BY pos), "
+            "list(trust_mask ORDER BY pos) FROM tokens WHERE step = ? GROUP BY sample_id "
+            "ORDER BY sample_id",
+            [step],
+        ).fetchall()
+        meta = dict(
+            con.execute(
+                "SELECT sample_id, [reward, group_id, n_prompt_tokens] FROM samples WHERE step = ?",
+                [step],
+            ).fetchall()
+        )
+
+        def floats(v):
+            return None if all(x is None for x in v) else [np.nan if x is None else x for x in v]
+
+        trajs = [
+            Trajectory(
+                sample_id=sid, token_ids=ids, n_prompt=int(meta[sid][2]),
+                action=[r == "action" for r in role], loss_mask=loss,
+                train_logp=floats(train), rollout_logp=floats(rollout), entropy=floats(ent),
+                trust_mask=None if all(t is None for t in trust) else [bool(t) for t in trust],
+                reward=meta[sid][0], sample={"group_id": int(meta[sid][1])},
+            )
+            for sid, ids, role, loss, train, rollout, ent, trust in toks
+        ]  # fmt: skip
+        want = step_rollup(trajs)
+        got = con.execute(f"SELECT {', '.join(want)} FROM steps WHERE step = ?", [step]).fetchone()
+        for (name, w), g in zip(want.items(), got, strict=True):
+            assert g == pytest.approx(w, rel=1e-6, abs=1e-9), (step, name)
+
+
+def test_step_rollups_equal_observabilitys(recorded):
+    assert_rollups_as_observability_computes(recorded[2])
 
 
 def test_a_generation_split_over_steps_records_staleness_and_clips(tmp_path):
@@ -193,3 +237,4 @@ def test_trl_with_vllm_records_sampling_logps_and_is_weights(tmp_path, monkeypat
     got = {r.id: r.status for r in gate.results}
     assert gate.passed, [(r.id, r.status, r.message) for r in gate.failed()]
     assert got["action.mismatch_abs_mean"] == got["action.logp_finite"] == "pass"
+    assert_rollups_as_observability_computes(run_dir)
