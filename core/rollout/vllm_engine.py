@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -48,6 +49,7 @@ __all__ = ["INSTALL_HINT", "VllmEngine"]
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _REQUEST_IDS = itertools.count()
 _KV_GAUGE = "vllm:kv_cache_usage_perc"
+_ENGINE_LOCK = threading.RLock()
 
 
 def _dequantized(weights: Mapping[str, object], dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -134,6 +136,7 @@ class VllmEngine:
         self.dsa: dict = {}
         self._payload: dict[str, torch.Tensor] = {}  # HF-named, what this handle installed
         self._res = None
+        self._held = None  # (payload, its read-back): read once per installed payload
         self._kv_peak = 0
         self._dir = tempfile.TemporaryDirectory(prefix="closedloop-vllm-")
 
@@ -153,15 +156,18 @@ class VllmEngine:
         hf = rollout_to_hf(dense, self.cfg)
         if self._res is None:
             model_dir = write_hf_dir(Path(self._dir.name) / "model", hf, self.cfg)
-            per_token = 2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.cfg.head_dim
-            self._res, started = shared_llm(
-                self._key,
-                model_dir,
-                dtype=self.precision,
-                logprob_mode=self.logprob_mode,
-                max_len=self.cfg.max_seq_len,
-                kv_bytes=max(64 << 20, 512 * self.cfg.max_seq_len * per_token * 4),
-            )
+            per_token = 2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.cfg.head_dim * 4
+            with _ENGINE_LOCK:
+                self._res, started = shared_llm(
+                    self._key,
+                    model_dir,
+                    dtype=self.precision,
+                    logprob_mode=self.logprob_mode,
+                    max_len=self.cfg.max_seq_len,
+                    kv_bytes=max(
+                        64 << 20, 64 * self.cfg.max_seq_len * per_token
+                    ),  # 64 full contexts
+                )
             if started:  # vLLM started from this very payload
                 self._res.owner, self._res.installed = id(self), hf
             if self.memory_hooks is not None:  # the paged cache, as vLLM allocated it
@@ -175,6 +181,10 @@ class VllmEngine:
         res = self._res
         if res.owner == id(self) and res.installed is self._payload:
             return
+        with _ENGINE_LOCK:
+            self._reload(res)
+
+    def _reload(self, res) -> None:
         res.llm.collective_rpc(
             "reload_weights",
             kwargs={"weights_iterator": list(self._payload.items()), "is_checkpoint_format": True},
@@ -193,29 +203,98 @@ class VllmEngine:
         if self._res is None:
             return {}
         self._ready()
-        return held_to_engine(self._res.llm.collective_rpc(read_back)[0], self.cfg)
+        if self._held is None or self._held[0] is not self._payload:  # once per installed payload
+            with _ENGINE_LOCK:
+                held = self._res.llm.collective_rpc(read_back)[0]
+            self._held = (self._payload, held_to_engine(held, self.cfg))
+        return self._held[1]
+
+    def switch_to(self, weights: Mapping[str, object], version: int) -> None:
+        """A rollout worker's switch point (``core.rollout.weight_buffer``): reload in place."""
+        self.load_weights(weights, version)
 
     # ---- requests ------------------------------------------------------------------------
-    def _run(self, prompts: list[list[int]], params: list) -> list:
-        """Drive vLLM's engine step by step; sample the KV gauge after each step."""
+    def _run(self, prompts: list[list[int]], params: list, between_steps=None) -> list:
+        """Drive vLLM's engine step by step: ``between_steps()`` before every step (a weight
+        switch lands there, never inside a forward), the KV gauge after it. Returns each
+        request's final output with ``versions`` (the policy version of each generated token)."""
         engine = self._res.llm.llm_engine
         ids = [f"cl-{next(_REQUEST_IDS)}" for _ in prompts]
-        for rid, p, sp in zip(ids, prompts, params, strict=True):
-            engine.add_request(rid, {"prompt_token_ids": list(p)}, sp)
-        done = {}
-        try:
-            while engine.has_unfinished_requests():
-                ended = 0  # blocks of requests that finished (and freed them) inside this step
-                for out in engine.step():
-                    if out.finished:
-                        done[out.request_id] = out
-                        n = len(out.prompt_token_ids) + len(out.outputs[0].token_ids) - 1
-                        ended += -(-n // self._res.block_size)
-                self._kv_peak = max(self._kv_peak, self._live_kv(ended))
-        except BaseException:
-            engine.abort_request(ids)
-            raise
+        versions: dict[str, list[int]] = {r: [] for r in ids}
+        with _ENGINE_LOCK:  # one in-process vLLM engine core at a time (threads executor)
+            for rid, p, sp in zip(ids, prompts, params, strict=True):
+                engine.add_request(rid, {"prompt_token_ids": list(p)}, sp)
+            done = {}
+            try:
+                while engine.has_unfinished_requests():
+                    if between_steps is not None:
+                        between_steps()
+                    live = self.policy_version
+                    ended = 0  # blocks of requests that finished (freeing them) inside the step
+                    for out in engine.step():
+                        got = versions[out.request_id]
+                        got += [live] * (len(out.outputs[0].token_ids) - len(got))
+                        if out.finished:
+                            done[out.request_id] = out
+                            n = len(out.prompt_token_ids) + len(out.outputs[0].token_ids) - 1
+                            ended += -(-n // self._res.block_size)
+                    self._kv_peak = max(self._kv_peak, self._live_kv(ended))
+            except BaseException:
+                engine.abort_request(ids)
+                raise
+        for r in ids:
+            done[r].versions = versions[r]
         return [done[r] for r in ids]
+
+    def _sampling(self, params: SamplingParams, seeds: list[int], greedy: list[bool], eos_id):
+        """vLLM ``SamplingParams`` per request: its own seed, or greedy (temperature 0)."""
+        if params.logprob_mode != self.logprob_mode:
+            raise ValueError(
+                f"rollout.logprob_mode={params.logprob_mode!r}: this vLLM engine was built "
+                f"with {self.logprob_mode!r} (vLLM's logprobs_mode is per engine)"
+            )
+        vllm = import_vllm()
+        common = dict(
+            max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[eos_id], detokenize=False
+        )
+        return [
+            vllm.SamplingParams(temperature=0.0, **common)
+            if g
+            else vllm.SamplingParams(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else -1,
+                seed=s,
+                **common,
+            )
+            for s, g in zip(seeds, greedy, strict=True)
+        ]
+
+    @staticmethod
+    def sampled_logprobs(completion) -> list[float]:
+        """The log-prob vLLM reported with each sampled token of a completion."""
+        return [
+            lp[t].logprob for t, lp in zip(completion.token_ids, completion.logprobs, strict=True)
+        ]
+
+    @torch.no_grad()
+    def generate_turns(
+        self,
+        contexts: list[list[int]],
+        params: SamplingParams,
+        *,
+        seeds: list[int],
+        greedy: list[bool],
+        eos_id: int,
+        between_steps=None,
+    ) -> list:
+        """One turn per context (a session's exact ids so far) with per-request seeds; vLLM's
+        prefix cache serves what an earlier turn of the session computed (``num_cached_tokens``).
+        Returns vLLM's outputs, each with ``versions`` per generated token."""
+        self._ready()
+        longest = max(len(c) for c in contexts)
+        self._check_len(longest + params.max_new_tokens, f"context ({longest}) + max_new_tokens")
+        return self._run(contexts, self._sampling(params, seeds, greedy, eos_id), between_steps)
 
     def _live_kv(self, ended_blocks: int = 0) -> int:
         """vLLM's ``kv_cache_usage`` gauge as whole blocks (plus ``ended_blocks``, held by
@@ -244,34 +323,10 @@ class VllmEngine:
     ) -> RolloutBatch:
         """Token IDs in, token IDs + log-probs (the run's mode) + finish reasons out."""
         self._ready()
-        if params.logprob_mode != self.logprob_mode:
-            raise ValueError(
-                f"rollout.logprob_mode={params.logprob_mode!r}: this vLLM engine was built "
-                f"with {self.logprob_mode!r} (vLLM's logprobs_mode is per engine)"
-            )
         longest = max(len(p) for p in prompts)
         self._check_len(longest + params.max_new_tokens, f"prompt ({longest}) + max_new_tokens")
-        vllm = import_vllm()
         seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
-        common = dict(
-            max_tokens=params.max_new_tokens,
-            logprobs=0,
-            stop_token_ids=[eos_id],
-            detokenize=False,
-        )
-        if greedy:
-            sps = [vllm.SamplingParams(temperature=0.0, **common) for _ in prompts]
-        else:
-            sps = [
-                vllm.SamplingParams(
-                    temperature=params.temperature,
-                    top_p=params.top_p,
-                    top_k=params.top_k if params.top_k > 0 else -1,
-                    seed=s,
-                    **common,
-                )
-                for s in seeds
-            ]
+        sps = self._sampling(params, seeds, [greedy] * len(prompts), eos_id)
         outs = self._run(prompts, sps)
         prompt_ids, prompt_valid = left_pad(prompts, pad_id)
         b, tr = len(prompts), max(len(o.outputs[0].token_ids) for o in outs)
@@ -283,9 +338,7 @@ class VllmEngine:
             c = o.outputs[0]
             n = len(c.token_ids)
             out_ids[i, :n] = torch.tensor(c.token_ids, dtype=torch.int64)
-            out_lp[i, :n] = torch.tensor(
-                [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs, strict=True)]
-            )
+            out_lp[i, :n] = torch.tensor(self.sampled_logprobs(c))
             mask[i, :n] = True
             finished[i] = c.finish_reason == "stop"
         return RolloutBatch(

@@ -32,6 +32,9 @@ INSTALL_HINT = (
 LOGPROBS_MODES = {"processed": "processed_logprobs", "raw": "raw_logprobs"}
 """closedloop's ``rollout.logprob_mode`` -> vLLM's ``logprobs_mode``."""
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+BLOCK_SIZE = 32
+"""Tokens per KV block. vLLM's prefix cache reuses whole blocks only: with its CPU default (128) a
+session of the tiny models (contexts under 128 tokens) would never reuse a block."""
 
 
 def import_vllm():
@@ -87,6 +90,7 @@ def shared_llm(
         dtype=DTYPES[dtype],
         seed=0,
         enable_prefix_caching=True,
+        block_size=BLOCK_SIZE,  # small blocks (the CPU backend needs multiples of 32): short prefixes fill whole blocks
         max_model_len=max_len,
         skip_tokenizer_init=True,
         logprobs_mode=LOGPROBS_MODES[logprob_mode],

@@ -79,8 +79,11 @@ class DoubleBufferedWeights:
                 return None
             weights, version, staged_at, checksum = self._back
             self._back = None
-            self.engine.weights = weights
-            self.engine.policy_version = version
+            if hasattr(self.engine, "switch_to"):  # vLLM: reload_weights in place
+                self.engine.switch_to(weights, version)
+            else:
+                self.engine.weights = weights
+                self.engine.policy_version = version
         return SwitchEvent(self.worker, version, staged_at, time.time(), checksum)
 
 

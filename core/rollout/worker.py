@@ -19,10 +19,11 @@ from dataclasses import dataclass
 import torch
 
 from core.model.config import ModelConfig
-from core.rollout.engine import RolloutEngine
+from core.rollout.engines import build_engine
 from core.rollout.kv_cache import SessionKVCache
 from core.rollout.sampling import SamplingParams
 from core.rollout.turn_decode import TurnRequest, decode_turns
+from core.rollout.vllm_turns import decode_turns_vllm
 from core.rollout.weight_buffer import DoubleBufferedWeights, SwitchEvent
 
 
@@ -42,6 +43,8 @@ class WorkerSpec:
     kv_capacity: int = 512
     torch_threads: int = 1
     """Intra-op threads of the worker's engine (1: workers run side by side)."""
+    engine: str = "embedded"
+    """``rollout.engine``: ``embedded`` | ``vllm`` (each worker its own vLLM engine)."""
 
 
 def drain_queue(q: queue.Queue, timeout: float = 0.0) -> list:
@@ -63,7 +66,14 @@ class RolloutWorker:
 
     def __init__(self, spec: WorkerSpec, notify=None) -> None:
         self.spec = spec
-        self.engine = RolloutEngine(ModelConfig(**spec.model), precision=spec.precision)
+        self.engine = build_engine(
+            spec.engine,
+            ModelConfig(**spec.model),
+            precision=spec.precision,
+            logprob_mode=spec.params.logprob_mode,
+            instance=f"worker/{spec.worker_id}",
+        )
+        self._vllm_kv: dict[int, int] = {}  # vLLM: session -> oldest version of its cached KV
         self.weights = DoubleBufferedWeights(self.engine, spec.worker_id)
         self.kv = SessionKVCache(
             spec.worker_id, on_switch=spec.kv_on_switch, capacity=spec.kv_capacity
@@ -124,6 +134,9 @@ class RolloutWorker:
             out[f"staged/v{staged[0]}"] = ("communication_buffers", staged[1])
         if self.kv.nbytes:
             out["kv_cache"] = ("saved_activations", self.kv.nbytes)
+        pool = getattr(self.engine, "kv_cache_capacity_bytes", None)
+        if pool is not None and pool():  # vLLM: its paged cache, allocated once
+            out["kv_cache"] = ("saved_activations", pool())
         return out
 
     def stop(self) -> None:
@@ -153,6 +166,8 @@ class RolloutWorker:
             except queue.Empty:
                 break
             self.kv.release(release)
+            for sid in release:
+                self._vllm_kv.pop(sid, None)
             self._pending += requests
         batch = self._pending[: self.spec.max_batch]
         self._pending = self._pending[self.spec.max_batch :]
@@ -169,19 +184,33 @@ class RolloutWorker:
                     self._wake.clear()
                     continue
                 t0 = time.perf_counter()
-                outs = decode_turns(
-                    self.engine,
-                    batch,
-                    self.spec.params,
-                    eos_id=self.spec.eos_id,
-                    pad_id=self.spec.pad_id,
-                    kv=self.kv,
-                    switch=self._switch,
-                    worker=self.spec.worker_id,
-                )
+                outs = self._decode(batch)
                 self.busy_s += time.perf_counter() - t0
                 for o in outs:
                     self._emit(o)
         except Exception as e:  # surfaced to the orchestrator through stats()/drain()
             self.error = f"{type(e).__name__}: {e}"
             self._emit(RuntimeError(f"rollout worker {self.spec.worker_id}: {self.error}"))
+
+    def _decode(self, batch: list[TurnRequest]) -> list:
+        if self.spec.engine == "vllm":
+            return decode_turns_vllm(
+                self.engine,
+                batch,
+                self.spec.params,
+                eos_id=self.spec.eos_id,
+                kv_on_switch=self.spec.kv_on_switch,
+                kv_versions=self._vllm_kv,
+                switch=self._switch,
+                worker=self.spec.worker_id,
+            )
+        return decode_turns(
+            self.engine,
+            batch,
+            self.spec.params,
+            eos_id=self.spec.eos_id,
+            pad_id=self.spec.pad_id,
+            kv=self.kv,
+            switch=self._switch,
+            worker=self.spec.worker_id,
+        )

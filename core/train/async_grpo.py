@@ -59,6 +59,7 @@ class AsyncRollout:
                 pad_id=s.tok.pad_id,
                 kv_on_switch=ro.kv_on_switch,
                 max_batch=ro.max_batch,
+                engine=ro.engine,
             )
             for i in range(ro.workers)
         ]

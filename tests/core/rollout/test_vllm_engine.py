@@ -19,6 +19,7 @@ from core.config import ConfigError, config_from_dict
 from core.model.checkpoint import load_checkpoint
 from core.model.hf_export import DEFAULT_CHECKPOINT
 from core.rollout.engines import build_engine
+from core.rollout.vllm_runtime import BLOCK_SIZE
 from core.sync.convert import actor_to_rollout
 from core.sync.weight_sync import payload_checksum
 from observability import open_run
@@ -129,3 +130,35 @@ def test_models_vllm_cannot_serve_here_are_config_errors(setting, match):
     raw = {"rollout": {"engine": "vllm"}, "model": {key: eval(value)}}
     with pytest.raises(ConfigError, match=match):
         config_from_dict(raw)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_agentic_rl_trains_on_vllm_workers_and_passes_the_gate(tmp_path):
+    """Async multi-turn RL with a vLLM engine on the rollout worker: exact ids across turns
+    (the gate's TITO checks), later turns served from vLLM's prefix cache on the worker that
+    holds the session, per-token versions, and the agentic gate. (The Ray executor runs the same
+    worker in its own process: ``benchmarks/vllm_engine.py --only async``.)"""
+    from tests.conftest import make_agentic_run
+
+    # no injected environment failures: with 8 samples a step, one failed group's dropped tokens
+    # alone would exceed the agentic policy's masked-fraction limit (a property of this tiny
+    # batch, whichever engine samples it)
+    overrides = ["rollout.engine='vllm'", "rollout.workers=1", "tool.crash_rate=0.0"]
+    run = make_agentic_run(tmp_path, [*overrides, "tool.malformed_rate=0.0"], name="agentic-vllm")
+    gate = run_gate(run)
+    assert gate.exit_code == 0, format_table(gate)
+    status = {r.id: r.status for r in gate.results}
+    assert [s for c, s in status.items() if "tito" in c.lower() or "prefix" in c.lower()]
+    con = open_run(run)
+    # vLLM's prefix cache reuses whole blocks (32 tokens) of what the session's last turn computed
+    rows = con.execute("SELECT turn, context_len, kv_reused_tokens FROM turns").fetchall()
+    assert all(r % BLOCK_SIZE == 0 and r <= n for _, n, r in rows)
+    assert all(r == 0 for t, _, r in rows if t == 0)
+    assert any(r > 0 for t, _, r in rows if t > 0)
+    # per-token versions: never ahead of the trainer, KV never newer than the weights
+    ahead, kv_newer = con.execute(
+        "SELECT count(*) FILTER (WHERE policy_version_last > step), count(*) FILTER (WHERE "
+        "kv_version_min > policy_version_first) FROM turns"
+    ).fetchone()
+    assert (ahead, kv_newer) == (0, 0)
