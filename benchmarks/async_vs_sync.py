@@ -9,6 +9,7 @@ each turn waits for its slowest call) and as ``"async"`` on the ``threads`` exec
 (evaluations excluded), held-out greedy accuracy before and after, and the ratio to sync.
 
     python benchmarks/async_vs_sync.py [--steps 30] [--latency 0.05] [--ray] [--out FILE.json]
+        [--engine vllm]   # every engine a vLLM one: the session's, and one per rollout worker
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "agentic_tiny.toml"
 
 
-def run_one(mode: str, executor: str, *, steps: int, latency: float, seed: int) -> dict:
+def run_one(
+    mode: str, executor: str, *, steps: int, latency: float, seed: int, engine: str = "embedded"
+) -> dict:
     from core.config import load_config
     from core.train.async_grpo import run_async
     from core.train.grpo import run_grpo
@@ -31,6 +34,7 @@ def run_one(mode: str, executor: str, *, steps: int, latency: float, seed: int) 
     from observability.telemetry import NullTelemetry
 
     overrides = [
+        f'rollout.engine="{engine}"',
         f'rollout.mode="{mode}"',
         f'rollout.executor="{executor}"',
         f"tool.latency_median_s={latency}",
@@ -76,11 +80,19 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ray", action="store_true", help="also run the async loop on Ray actors")
     p.add_argument("--out", default=None, help="write the rows as JSON")
+    p.add_argument("--engine", default="embedded", help="rollout.engine: embedded | vllm")
     args = p.parse_args(argv)
     runs = [("sync", "threads"), ("async", "threads")] + ([("async", "ray")] if args.ray else [])
     rows = []
     for mode, executor in runs:
-        row = run_one(mode, executor, steps=args.steps, latency=args.latency, seed=args.seed)
+        row = run_one(
+            mode,
+            executor,
+            steps=args.steps,
+            latency=args.latency,
+            seed=args.seed,
+            engine=args.engine,
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     base = rows[0]["samples_per_s"]
