@@ -27,6 +27,7 @@ TRL's loss, grad norm, lr and KL only when its logging window is that one step.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -186,6 +187,20 @@ def _tokenizer_json(processing_class: Any) -> str | None:
     return None if backend is None else backend.to_str()
 
 
+def _metered(method):
+    """Adds the training-thread CPU time of a recorder method to ``recorder.cpu_s``."""
+
+    @functools.wraps(method)
+    def metered(self, *args, **kwargs):
+        t = time.thread_time()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.cpu_s += time.thread_time() - t
+
+    return metered
+
+
 class TRLRecorder:
     """The state of one recorded TRL run: generated samples waiting for their loss, the current
     step's trained samples, and the telemetry sink (opened at the first step end, when the run
@@ -232,8 +247,13 @@ class TRLRecorder:
         self.last_logged: int | None = None
         self.t_step = time.perf_counter()
         self.closed = False
+        self.cpu_s = 0.0
+        """Training-thread CPU seconds spent in the recorder (captures, rows, emit)."""
+        self.writer_cpu_s: float | None = None
+        """The sink's writer thread CPU seconds, taken when the run closes."""
 
     # -- captures (called from the trainer's overrides) --
+    @_metered
     def on_generation(self, trainer: Any, out: dict) -> Any:
         import torch
 
@@ -249,6 +269,7 @@ class TRLRecorder:
         self.next_id += len(completion_ids)
         return torch.arange(first, self.next_id)
 
+    @_metered
     def on_loss(self, trainer: Any, inputs: dict, logps: Any, entropies: Any) -> None:
         s = self.settings
         ids = inputs[SAMPLE_ID_KEY].cpu().numpy()
@@ -290,6 +311,7 @@ class TRLRecorder:
         self.flush_pending()
         self.t_step = time.perf_counter()
 
+    @_metered
     def step_end(self, global_step: int, *, will_log: bool) -> None:
         took = time.perf_counter() - self.t_step
         step = global_step - 1
@@ -324,6 +346,7 @@ class TRLRecorder:
         self.last_logged = global_step
         self.flush_pending()
 
+    @_metered
     def flush_pending(self) -> None:
         """Emit the pending step (opening the sink at the first one)."""
         if self.pending is None or self.closed:
@@ -361,4 +384,7 @@ class TRLRecorder:
             self.flush_pending()
         self.closed = True
         if self.sink is not None:
+            if status == "finished":
+                self.sink.flush()
+            self.writer_cpu_s = self.sink.writer_cpu_seconds()
             self.sink.close(status)
