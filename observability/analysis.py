@@ -26,7 +26,8 @@ Reward components of a mixed reward: ``observability.reward_signals`` (``reward_
 Stalls: the same table also ranks what a run is missing (``observability.stall_signals``: zero-
 variance groups, clipping, vanished advantages, the critic, teacher routes, falling reward
 components); a level counts above max(r, the signal's healthy ``floor``). ``observability.stall``
-decides whether a run without an onset stalled.
+decides whether a run without an onset stalled. Step size: ``observability.optimizer_signals``
+(relative update, learning-rate schedule, gradient norm, AdamW after a reset).
 Simplifications: steps are averaged over ranks; per-token levels fall back to the exact ``steps``
 aggregates (not restricted to clean samples) for steps whose token rows were not kept.
 """
@@ -38,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from observability.changepoint import NO_ONSET, Onset, find_onset
+from observability.optimizer_signals import OPTIMIZER_SIGNALS, optimizer_levels
 from observability.reward_signals import (
     Signal,
     component_levels,
@@ -244,7 +246,7 @@ def suspect_levels(con: duckdb.DuckDBPyConnection, run_id: str | None = None) ->
     for name, (col, count) in fallback.items():  # no per-token rows that step: step aggregates
         out[name] = out[name].astype("float64").mask(out[count].isna(), out[col].astype("float64"))
     extra = []
-    for wide in (component_levels(con, rid), stall_levels(con, rid)):  # see the module docstring
+    for wide in (component_levels(con, rid), optimizer_levels(con, rid), stall_levels(con, rid)):
         if not wide.empty:
             out = out.merge(wide, on="step", how="left")
             extra += [c for c in wide.columns if c != "step"]
@@ -253,9 +255,11 @@ def suspect_levels(con: duckdb.DuckDBPyConnection, run_id: str | None = None) ->
 
 
 def all_signals(levels: pd.DataFrame) -> tuple[Signal, ...]:
-    """Every candidate of the table, in tie order: ``SIGNALS``, ``STALL_SIGNALS``, then the
-    reward-component, teacher-route and falling-component candidates present in ``levels``."""
-    return SIGNALS + STALL_SIGNALS + component_signals(levels) + dynamic_signals(levels)
+    """Every candidate of the table, in tie order: ``SIGNALS``, ``OPTIMIZER_SIGNALS``,
+    ``STALL_SIGNALS``, then the reward-component, teacher-route and falling-component candidates
+    present in ``levels``."""
+    extra = component_signals(levels) + dynamic_signals(levels)
+    return SIGNALS + OPTIMIZER_SIGNALS + STALL_SIGNALS + extra
 
 
 def rank_suspects(

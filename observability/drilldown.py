@@ -86,6 +86,14 @@ _BY_NAME = {
         "ORDER BY step",
         _SUSPECTS,
     ),
+    **dict.fromkeys(
+        ("update_size", "learning_rate", "grad_norm", "adam_reset"),
+        (
+            "SELECT step, lr, grad_norm, update_norm, param_norm, update_norm / param_norm AS "
+            "update_ratio, optimizer_reset FROM steps WHERE run_id = {rid} ORDER BY step",
+            _SUSPECTS,
+        ),
+    ),
     "critic_explained_variance": (
         "SELECT step, value_loss, value_explained_variance, critic_grad_norm FROM steps "
         "WHERE run_id = {rid} ORDER BY step",

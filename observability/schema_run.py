@@ -72,6 +72,8 @@ TABLES: tuple[TableSpec, ...] = (
             _c("policy_loss", F64, "policy-gradient part of the loss"),
             _c("entropy", F64, "mean token entropy over loss tokens"),
             _nonneg("grad_norm", F64, "global gradient norm before clipping"),
+            _nonneg("update_norm", F64, "‖Δθ‖₂ the optimizer step moved the trainable parameters"),
+            _nonneg("param_norm", F64, "‖θ‖₂ of the trainable parameters after the step"),
             _nonneg("lr", F64, "learning rate"),
             _c("reward_mean", F64, "mean reward of the step's samples"),
             _nonneg("reward_std", F64, "reward standard deviation"),

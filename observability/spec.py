@@ -23,8 +23,9 @@ denominator. Version 4 (teachers and mixed rewards): the ``teacher_routes`` tabl
 ``teacher_prefix_hash``; per-step teacher payload, bytes, KL, distill loss and judge–verifier
 agreement; ``reward_components`` values may be null (a component that could not score).
 Version 5 (other trainers' loss internals): per-token ``clip_low``, ``clip_high`` and
-``is_weight``. Version 6 (teacher provenance): per route the teacher's trained domains, source
-and config hashes, the student's source and the declared source. Readers open older runs
+``is_weight``. Version 6 (teacher provenance, step size): per route the teacher's trained domains, source
+and config hashes, the student's source and the declared source; per step the update norm
+‖Δθ‖₂ and the parameter norm ‖θ‖₂. Readers open older runs
 (missing columns and tables read as null / empty)."""
 
 KNOWN_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)

@@ -46,6 +46,8 @@ def step_metrics(
         "skip_reason": update.skip_reason,
         "entropy": float(entropy[actions].mean()) if n_act else float("nan"),
         "grad_norm": float(update.grad_norm) if update.stepped else None,
+        "update_norm": float(update.update_norm) if update.stepped else None,
+        "param_norm": float(update.param_norm) if update.stepped else None,
         "n_tokens": int(traj.train_valid.sum()),
         "n_loss_tokens": n_act,
         "n_trusted_tokens": n_trusted,

@@ -27,6 +27,10 @@ class UpdateResult:
     """Global grad norm before clipping (NaN when skipped)."""
     stepped: bool
     skip_reason: str | None = None
+    update_norm: torch.Tensor | None = None
+    """‖Δθ‖₂ over the trainable parameters: what the step moved them (None when skipped)."""
+    param_norm: torch.Tensor | None = None
+    """‖θ‖₂ of the trainable parameters after the step (None when skipped)."""
 
 
 def total_loss(terms: dict[str, tuple[torch.Tensor, dict]]) -> torch.Tensor:
@@ -60,7 +64,23 @@ def optimizer_step(
         memory.backward_done()
     clip = model.grad_clip if model.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]  # a transient copy: Δθ measured, not modelled
     model.optimizer.step()
     if memory is not None:
         memory.optimizer_stepped()
-    return UpdateResult(loss.detach(), detached, grad_norm.detach(), stepped=True)
+    with torch.no_grad():
+        update_norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p - b) for p, b in zip(params, before)])
+        )
+        param_norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p) for p in params])
+        )
+    return UpdateResult(
+        loss.detach(),
+        detached,
+        grad_norm.detach(),
+        stepped=True,
+        update_norm=update_norm,
+        param_norm=param_norm,
+    )
