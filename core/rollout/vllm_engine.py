@@ -248,10 +248,12 @@ class VllmEngine:
 
     def _sampling(self, params: SamplingParams, seeds: list[int], greedy: list[bool], eos_id):
         """vLLM ``SamplingParams`` per request: its own seed, or greedy (temperature 0)."""
-        if params.logprob_mode != self.logprob_mode:
+        untouched = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
+        if params.logprob_mode != self.logprob_mode and not (all(greedy) or untouched):
             raise ValueError(
                 f"rollout.logprob_mode={params.logprob_mode!r}: this vLLM engine was built "
-                f"with {self.logprob_mode!r} (vLLM's logprobs_mode is per engine)"
+                f"with {self.logprob_mode!r} (vLLM's logprobs_mode is per engine; the two agree "
+                "only for greedy requests or untempered, untruncated sampling)"
             )
         vllm = import_vllm()
         common = dict(
