@@ -407,6 +407,8 @@ def report(r: dict) -> None:
     print(f"  TRL: {tr['logged_steps']} logged steps; keys: {', '.join(tr['logged_keys'])}")
     means = {k: round(v, 6) for k, v in tr["agreement_means"].items()}
     print(f"  TRL ratio/sampling/entropy means: {json.dumps(means)}")
+    if r.get("trl_run_dir"):
+        print(f"TRL side recorded by closedloop: {r['trl_run_dir']} (closedloop gate RUN)")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """The peer benchmark at toy size: TRL's ``GRPOTrainer`` and closedloop train the same prompts
 side by side in one process, and the script reports both sides (benchmarks/vs_trl.py; the
-full-size result is recorded in benchmarks/README.md)."""
+full-size result is recorded in benchmarks/README.md). The TRL side is recorded by closedloop's TRL
+integration (``--record``) and the gate passes that run."""
 
 import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from contracts import run_gate
 
 
 @pytest.mark.slow
@@ -16,7 +19,8 @@ def test_vs_trl_trains_both_sides_and_reports_them(tmp_path, capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "vs_trl.json"
-    r = bench.main(["--steps", "2", "--eval-size", "8", "--json", str(out)])
+    runs = tmp_path / "runs"
+    r = bench.main(["--steps", "2", "--eval-size", "8", "--json", str(out), "--record", str(runs)])
     assert json.loads(out.read_text())["steps"] == 2
     assert len(r["timings"]["trl"]) == len(r["timings"]["closedloop"]) == 2
     assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
@@ -27,5 +31,7 @@ def test_vs_trl_trains_both_sides_and_reports_them(tmp_path, capsys):
     assert cl["token_abs_dlogp_max"] < 1e-4  # fp32 both sides: the loop is closed
     assert cl["weight_sync_rows"] > 0 and "tokens" in cl["tables"]
     assert trl["logged_steps"] == 2 and "loss" in trl["logged_keys"]
+    gate = run_gate(r["trl_run_dir"], record=False)
+    assert gate.passed, [(c.id, c.status, c.message) for c in gate.failed()]
     printed = capsys.readouterr().out
     assert "closedloop / TRL: wall" in printed and "held-out greedy accuracy" in printed
