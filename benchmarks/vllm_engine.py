@@ -14,6 +14,7 @@ Sections (``--only gap,speed,grpo``):
 - ``grpo``: ``configs/grpo_tiny.toml`` with ``rollout.engine="vllm"`` (40 steps): held-out gain
   and the gate's verdict.
 Usage: python benchmarks/vllm_engine.py [--only gap,speed,grpo] [--steps 10] [--rounds 3]
+    [--precisions fp32,bf16,w4a16,w8a16,fp8]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def gap(args) -> None:
     print(f"\n== train-inference gap ({args.steps} GRPO steps, seed 0, action tokens) ==")
     print(f"{'engine':9s}{'precision':10s}{'mean':>10s}{'p99':>10s}{'max':>10s}{'masked':>9s}")
     root = Path(tempfile.mkdtemp(prefix="vllm-gap-"))
-    for precision in PRECISIONS:
+    for precision in args.precisions.split(","):
         for engine in ("embedded", "vllm"):
             cfg = load_config(
                 None,
@@ -181,6 +182,7 @@ def main() -> None:
     ap.add_argument("--only", default="gap,speed,grpo")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
     args = ap.parse_args()
     for part in args.only.split(","):
         {"gap": gap, "speed": speed, "grpo": grpo}[part](args)

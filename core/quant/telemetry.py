@@ -86,7 +86,8 @@ def sync_rows(
     row_map: dict[str, tuple[str, torch.Tensor]],
 ) -> list[dict]:
     """``offline_real`` rows (from ``quantizer.last``) and ``rollout_load`` rows (the engine's
-    stored weights unpacked) for ``version``; ``masters`` are the actor weights that were synced."""
+    stored weights unpacked) for ``version``; ``masters`` are the actor weights that were synced.
+    An engine that holds the payload dequantized (the vLLM engine) has no ``rollout_load`` rows."""
     if quantizer.last_version != version:
         raise ValueError(
             f"sync quantizer last ran for version {quantizer.last_version}, not {version}"
@@ -96,8 +97,11 @@ def sync_rows(
         rows.append(
             qparams_row(name, qt, producer="offline_real", policy_version=version, max_abs_err=err)
         )
+    held = engine.weights
     for name in quantizer.last:
-        loaded = engine.weights[name].to_quantized()
+        if isinstance(held[name], torch.Tensor):  # served dequantized (vLLM): nothing packed held
+            continue
+        loaded = held[name].to_quantized()
         actor_name, idx = row_map[name]
         master = masters[actor_name]
         err = quant_error(master.reshape(-1, master.shape[-1])[idx], loaded)
