@@ -21,8 +21,11 @@ and by the same score as the collapse suspects (``analysis.rank_suspects``). A l
   scored step on (a warm-up) and only when the start KL is ≥ 0.01: a KL that is not falling.
   Floor 0.9, τ 0.1 (moved when the KL is still at its start).
 - ``reward_falling:<c>`` (mixed rewards, every component but the verifier): how far the weighted
-  contribution w_c·R_c (trailing 5) fell below its first max(3, 10%) steps — a component that
-  cancels the task reward's gain (a growing penalty); τ 0.1 reward units.
+  contribution w_c·R_c (trailing 5, from the 3rd step) fell below its first max(3, 10%) steps,
+  less how far the verifier's accuracy fell over the same window — a component that cancels the
+  task reward's gain (a growing penalty), not one that falls with the task reward in a collapse
+  (a judge that pays for correct answers); τ 0.2 reward units (a step's mean of 64 samples has a
+  noise of ~0.06).
 Simplifications: levels are step means over ranks; missing telemetry (null) counts as no sign.
 """
 
@@ -92,9 +95,11 @@ SELECT step, domain || '->' || teacher_id AS route,
 FROM teacher_routes WHERE run_id = $rid AND reverse_kl IS NOT NULL GROUP BY ALL"""
 
 _CONTRIBUTIONS = """
-SELECT step, component, avg(coalesce(weight * value, 0.0)) AS contribution
-FROM reward_components WHERE run_id = $rid AND component <> 'verifier'
-  AND coalesce(weight, 0) <> 0 GROUP BY ALL"""
+SELECT step, component,
+       CASE WHEN component = 'verifier' THEN avg(value)
+            ELSE avg(coalesce(weight * value, 0.0)) END AS contribution
+FROM reward_components WHERE run_id = $rid
+  AND (component = 'verifier' OR coalesce(weight, 0) <> 0) GROUP BY step, component"""
 
 
 def _trailing(s: pd.Series, n: int) -> pd.Series:
@@ -123,9 +128,10 @@ def _falling_levels(con: duckdb.DuckDBPyConnection, rid: str) -> pd.DataFrame:
     if long.empty:
         return pd.DataFrame()
     wide = long.pivot_table(index="step", columns="component", values="contribution")
-    wide = _trailing(wide.sort_index(), 5)
-    start = wide.iloc[: max(3, len(wide) // 10)].mean()
-    fell = (start - wide).clip(lower=0.0)
+    start = wide.sort_index().iloc[: max(3, len(wide) // 10)].mean()
+    fell = (start - wide.sort_index().rolling(5, min_periods=3).mean()).clip(lower=0.0)
+    task = fell.pop("verifier") if "verifier" in fell else 0.0  # the accuracy's own fall
+    fell = fell.sub(task, axis=0).clip(lower=0.0)
     fell.columns = [f"{FALLING_PREFIX}{c}" for c in fell.columns]
     return fell.reset_index()
 
@@ -160,6 +166,9 @@ def dynamic_signals(levels: pd.DataFrame) -> tuple[Signal, ...]:
             found.append(Signal(col, desc, 0.1, floor=0.9))
         elif col.startswith(FALLING_PREFIX):
             c = col.removeprefix(FALLING_PREFIX)
-            desc = f"the {c!r} component's weighted reward fell below its start (cancels the gain)"
-            found.append(Signal(col, desc, 0.1))
+            desc = (
+                f"the {c!r} component's weighted reward fell below its start, beyond the "
+                "verifier's fall (it cancels the gain)"
+            )
+            found.append(Signal(col, desc, 0.2))
     return tuple(found)

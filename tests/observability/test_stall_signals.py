@@ -13,10 +13,13 @@ from observability.stall_signals import stall_levels
 STEPS = 12
 
 
-def _run(path, *, group_rewards, kl=None, penalty=None, explained_variance=None):
+def _run(
+    path, *, group_rewards, kl=None, penalty=None, penalty_weight=-0.6, explained_variance=None
+):
     """``STEPS`` steps; per step two groups of two samples with rewards ``group_rewards(step)``
     -> [[a, b], [c, d]]; ``kl``: route -> KL per step (teacher_routes); ``penalty``: length values
-    per step (weight −0.5, beside a weight-1 verifier); ``explained_variance`` per step."""
+    per step (weight ``penalty_weight``, beside a weight-1 verifier); ``explained_variance`` per
+    step."""
     tel = DuckDBTelemetry(path, config=TelemetryConfig(compact_on_close=False))
     for step in range(STEPS):
         ev = None if explained_variance is None else explained_variance[step]
@@ -35,7 +38,8 @@ def _run(path, *, group_rewards, kl=None, penalty=None, explained_variance=None)
                                         "payload": "sampled", "n_tokens": 10,
                                         "reverse_kl": values[step]})  # fmt: skip
         if penalty is not None:
-            for comp, w, v in (("verifier", 1.0, rewards), ("length", -0.5, penalty[step])):
+            terms = (("verifier", 1.0, rewards), ("length", penalty_weight, penalty[step]))
+            for comp, w, v in terms:
                 tel.emit("reward_components", {"step": step, "sample_id": ids, "component": comp,
                                                "weight": w, "value": v})  # fmt: skip
     tel.close()
@@ -92,8 +96,9 @@ def test_teacher_routes_near_zero_and_not_falling(tmp_path):
 
 
 def test_falling_component_and_critic(tmp_path):
-    # length (weight −0.5) 0 for 6 steps, then 1: contribution [0 ×6, −0.5 ×6]; trailing 5 at
-    # steps 6..8 = −0.1, −0.2, −0.3; start = mean of the first max(3, 12 // 10) = 3 steps = 0
+    # length (weight −0.6) 0 for 6 steps, then 1: contribution [0 ×6, −0.6 ×6]; trailing 5 (from
+    # the 3rd step) at steps 6..8 = −0.12, −0.24, −0.36; start = mean of the first
+    # max(3, 12 // 10) = 3 steps = 0; the verifier (accuracy 0.5 every step) did not fall
     penalty = [0.0] * 6 + [1.0] * 6
     ev = [-0.5] * STEPS  # the critic explains less than the mean: level 0.5 every step
     con = _run(
@@ -103,11 +108,25 @@ def test_falling_component_and_critic(tmp_path):
         explained_variance=ev,
     )
     levels = stall_levels(con, A.resolve_run_id(con, None))
-    np.testing.assert_allclose(levels["reward_falling:length"][5:9], [0, 0.1, 0.2, 0.3])
+    falling = levels["reward_falling:length"]
+    assert falling[:2].isna().all()  # fewer than 3 steps in the trailing window
+    np.testing.assert_allclose(falling[2:9], [0, 0, 0, 0, 0.12, 0.24, 0.36])
     assert "reward_falling:verifier" not in levels  # the task reward itself is not a suspect
     np.testing.assert_allclose(levels["critic_explained_variance"], 0.5)
     table = A.suspects(con).set_index("suspect")
     # critic: excess (0.5 − 0.1)/0.2 = 2 every step → log2(3)
     assert table.loc["critic_explained_variance", "score"] == pytest.approx(np.log2(3))
     assert table.loc["reward_falling:length", "moved"]
-    assert table.loc["reward_falling:length", "first_step"] == 6
+    assert table.loc["reward_falling:length", "first_step"] == 7  # 0.24 / τ 0.2 ≥ 1
+
+
+def test_component_falling_with_the_task_reward_is_no_suspect(tmp_path):
+    # every answer right for 6 steps, then every answer wrong: the verifier's accuracy falls by
+    # the same trailing amounts as the length contribution (weight −1, value = 1 − accuracy)
+    def rewards(step):
+        return [[1, 1], [1, 1]] if step < 6 else [[0, 0], [0, 0]]
+
+    penalty = [0.0] * 6 + [1.0] * 6
+    con = _run(tmp_path / "r", group_rewards=rewards, penalty=penalty, penalty_weight=-1.0)
+    levels = stall_levels(con, A.resolve_run_id(con, None))
+    np.testing.assert_allclose(levels["reward_falling:length"][2:], 0.0, atol=1e-12)
