@@ -195,7 +195,11 @@ def train_from_args(args) -> int:
     try:
         if args.telemetry != "none":
             check_telemetry(args.telemetry)
-    except ValueError as e:
+        if "vllm" in (cfg.rollout.engine, cfg.teachers.engine):
+            from core.rollout.vllm_runtime import import_vllm
+
+            import_vllm()  # before the run dir: the error names the install command
+    except (ValueError, RuntimeError) as e:
         print(f"closedloop train: {e}", file=sys.stderr)
         return 2
     from core.teachers.compat import TeacherIncompatible

@@ -118,6 +118,17 @@ def test_without_vllm_the_error_names_the_install_command(monkeypatch, policy):
         build_engine("vllm", cfg, precision="fp32")
 
 
+def test_closedloop_train_without_vllm_names_the_install_command(monkeypatch, capsys, tmp_path):
+    from closedloop.cli import main
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    argv = ["train", "--set", "rollout.engine='vllm'", "--run-dir", str(tmp_path), "--steps", "1"]
+    monkeypatch.setattr(sys, "argv", ["closedloop", *argv])
+    assert main() == 2
+    assert "make vllm" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before a run directory was made
+
+
 @pytest.mark.parametrize(
     ("setting", "match"),
     [
