@@ -21,8 +21,10 @@ returns or receives: ``_generate_and_score_completions`` (the generation batch; 
 ``TrainerCallback`` ends each step. These are private methods of TRL, hence the version pin
 (``SUPPORTED_TRL``). The clip masks are TRL's expressions re-applied to TRL's tensors
 (``trl_batch.clip_masks``). Simplifications: one process (``accelerate`` world size 1); with
-``num_iterations > 1`` a completion is recorded at its first optimizer step; a logged step takes
-TRL's loss, grad norm, lr and KL only when its logging window is that one step.
+``num_iterations > 1`` a completion is recorded at its first optimizer step (a step that only
+re-trains recorded completions writes no rows); a logged step takes TRL's loss, grad norm, lr and
+KL only when its logging window is that one step; the entropy mask (``top_entropy_quantile``)
+is not recorded.
 """
 
 from __future__ import annotations
