@@ -127,14 +127,14 @@ def speed(args) -> None:
     from core.model.hf_export import DEFAULT_CHECKPOINT
     from core.model.hf_weights import engine_shapes
     from core.sync.convert import actor_to_rollout
-    from core.tasks.arithmetic import make_prompts
+    from core.tasks.arithmetic import ArithmeticConfig, make_prompts
     from core.tokenizer.chat_template import encode_prompt
     from core.tokenizer.tokenizer import Tokenizer
 
     print("\n== rollout throughput and weight load, embedded vs vLLM (fp32, medians) ==")
     tok = Tokenizer.load()
     weights, cfg, _ = load_checkpoint(DEFAULT_CHECKPOINT)
-    prompts = [encode_prompt(p.question, tok=tok) for p in make_prompts(64, seed=0)]
+    prompts = [encode_prompt(p.question, tok=tok) for p in make_prompts(64, seed=0, cfg=ArithmeticConfig())]
     _speed_case(
         "tiny",
         cfg,
