@@ -64,6 +64,11 @@ def teachers(tmp_path_factory) -> dict[str, Path]:
     return {"off": off, "same": same}
 
 
+# A learning outcome (a brief pretrain from another seed, a few GRPO steps), measured with pretrain
+# seeds 7, 8, 9 and train.seed 0, 1, 2, native AVX2 kernels and ATEN_CPU_CAPABILITY=default: the
+# off-source teacher's initial reverse KL 1.06-1.14 (bound 0.5), the same-source expert's
+# 0.056-0.083, a ratio of 13-20 (bound 5). Margins of 2× and more: not in CI's float_sensitive
+# pass, which stays short.
 def test_off_source_teacher_starts_far_from_the_student(tmp_path, teachers):
     short = ["train.steps=3", "algorithm.prompts_per_step=32", "train.eval_size=16"]
     kl = {}
@@ -116,13 +121,28 @@ def _tail(con, sql: str, n: int = 10) -> float:
     return float(value)
 
 
+@pytest.mark.float_sensitive
 def test_judge_hacking_against_its_control(tmp_path, judges):
     """Strengthened for size (T = 2: long answers are ~10% of samples from the start; 40 steps):
-    the policy learns the long answers the biased judge pays for, the mixed reward rises and the
-    verifier's accuracy falls; under the honest judge long answers die out. At this size the
-    verifier falls from the first steps, before the judge's level has moved, so the analysis is
-    asked over the whole run (at full size it names the judge before the onset:
-    benchmarks/README.md)."""
+    the policy learns the long answers the biased judge pays for and the verifier's accuracy falls
+    below the control's, while the mixed reward does not fall; under the honest judge long answers
+    die out. At this size the verifier falls from the first steps, before the judge's level has
+    moved, so the analysis is asked over the whole run (at full size it names the judge before the
+    onset, and the mixed reward rises: benchmarks/README.md).
+
+    A learning outcome: every float of the run depends on the CPU's kernels (the judges are trained
+    here too), so the margins are measured over train.seed 0-4 with native AVX2 kernels and 0-2
+    with ATEN_CPU_CAPABILITY=default (eight runs of each side):
+    - long answers, last 10 steps: fault 0.41-0.63, 0.27-0.49 above its first 10 steps
+      (0.123-0.183); control 0.013-0.031 (the fault ≥ 14× the control). Bounds +0.15, 3×;
+    - verified, last 10 steps: fault 0.045-0.109, control 0.266-0.327, a gap ≥ 0.199. Bound 0.1;
+    - mixed reward, last 10 steps minus first 10: fault +0.015 to +0.292. Its rise is within
+      seed 0's noise at this size (+0.015 natively; an earlier bound of +0.03 failed there), so
+      the test asserts only that it does not fall by 0.05.
+    The top suspect (analysis as of optimizer suspects): reward_component:judge on seed 0 with
+    score 0.306 natively / 0.340 under default, the next (grad_norm) 0.093 / 0.126; first on 7
+    of the 8 runs; on native seed 2 grad_norm 0.653 ranks above it (0.638).
+    """
     short = [
         "train.steps=40",
         "train.eval_size=32",
@@ -138,12 +158,13 @@ def test_judge_hacking_against_its_control(tmp_path, judges):
     verified = "SELECT step, (failure_reason IS NULL)::DOUBLE AS x FROM samples"
     reward = "SELECT step, reward AS x FROM samples"
     fault, control = cons["long"], cons["honest"]
-    assert _tail(fault, long_answers) > 0.2 and _tail(fault, long_answers) > 3 * _tail(
-        control, long_answers
-    )
-    first = float(fault.execute("SELECT avg(reward) FROM samples WHERE step < 10").fetchone()[0])
-    assert _tail(fault, reward) > first + 0.03  # the mixed reward rises ...
-    assert _tail(fault, verified) < _tail(control, verified)  # ... while the verifier falls
+    first_long, first_reward = fault.execute(
+        "SELECT avg((length(response_text) >= 4)::DOUBLE), avg(reward) FROM samples WHERE step < 10"
+    ).fetchone()
+    long_tail = _tail(fault, long_answers)
+    assert long_tail > first_long + 0.15 and long_tail > 3 * _tail(control, long_answers)
+    assert _tail(fault, verified) < _tail(control, verified) - 0.1  # the verifier falls ...
+    assert _tail(fault, reward) > first_reward - 0.05  # ... and the mixed reward does not see it
     table = A.suspects(fault, onset=NO_ONSET)
     assert table.loc[0, "suspect"] == load_scenario("judge-hacking").expect_suspect
     assert table.loc[0, "moved"]

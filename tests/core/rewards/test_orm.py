@@ -26,6 +26,9 @@ def _examples(n, seed):
     return out
 
 
+# A learning outcome, measured with data and init seeds 0, 1, 2, native AVX2 kernels and
+# ATEN_CPU_CAPABILITY=default: held-out accuracy 1.0 every time, base rate 0.600-0.625.
+@pytest.mark.float_sensitive
 def test_learns_a_rule_and_round_trips(tmp_path):
     arch = OrmArch(vocab_size=64, dim=32, layers=1, heads=2, ffn=64, max_len=16)
     model, stats = train_orm(_examples(400, 0), arch=arch, pad_id=0, steps=150, lr=3e-3)

@@ -1,8 +1,12 @@
 """Actor (megatron) vs rollout engine: same math, separate implementations.
 
-With both engines in fp32, the probe after a sync agrees to ≤ 1e-5 in log-prob (measured ~5e-7:
-different kernels — SDPA vs einsum softmax — differ only in fp32 rounding). A bf16 rollout
-disagrees measurably (~1e-3) and the sync report says so.
+With both engines in fp32, the probe after a sync and the trainer's recompute of a rollout agree
+in log-prob to fp32 rounding: different kernels (SDPA vs einsum softmax) round differently, and
+how much depends on the CPU's kernels. Measured on 3 rollouts with one thread, native AVX2 /
+ATEN_CPU_CAPABILITY=default / =avx2 / default with MKL_CBWR=COMPATIBLE and ONEDNN_MAX_CPU_ISA=SSE41:
+probe max 3.8e-6 / 5.7e-6 / 3.8e-6 / 4.8e-6; recompute max up to 4.8e-6 / 1.0e-5 / 4.8e-6 / 4.3e-6,
+mean up to 2.3e-7 / 3.4e-7 / 2.3e-7 / 2.1e-7. Tolerances: max 5e-5, mean 1e-6. A bf16 rollout
+disagrees measurably (mean ~1e-3) and the sync report says so.
 """
 
 import dataclasses
@@ -26,13 +30,14 @@ def session():
     return Session(load_config(None), NullTelemetry())
 
 
+@pytest.mark.float_sensitive
 def test_fp32_probe_agrees_after_sync(session):
-    assert session.last_sync.probe_mismatch_abs_max <= 1e-5  # the first sync is always probed
+    assert session.last_sync.probe_mismatch_abs_max <= 5e-5  # the first sync is always probed
     every = session.cfg.train.probe_every
     reports = [session.sync() for _ in range(every)]
     probed = [r.probe_mismatch_abs_max is not None for r in reports]
     assert probed == [False] * (every - 1) + [True]  # then every train.probe_every-th sync
-    assert reports[-1].probe_mismatch_abs_max <= 1e-5
+    assert reports[-1].probe_mismatch_abs_max <= 5e-5
 
 
 def test_bf16_rollout_mismatch_is_nonzero_and_reported():
@@ -42,6 +47,7 @@ def test_bf16_rollout_mismatch_is_nonzero_and_reported():
     assert s.last_sync.probe_mismatch_abs_mean > 0
 
 
+@pytest.mark.float_sensitive
 def test_rollout_logprobs_match_trainer_recompute(session):
     """The trainer's log-probs on the rollout's exact IDs equal what the rollout reported."""
     from core.algorithms.logprobs import token_logprobs
@@ -51,7 +57,7 @@ def test_rollout_logprobs_match_trainer_recompute(session):
         logits = session.actor.logits(traj.train_ids, traj.train_valid)[:, :-1]
         lp, _ = token_logprobs(logits, traj.train_ids[:, 1:])
     diff = (lp - traj.rollout_logp[:, 1:]).abs()[traj.generated[:, 1:]]
-    assert diff.numel() > 0 and float(diff.max()) <= 1e-5
+    assert diff.numel() > 0 and float(diff.max()) <= 5e-5 and float(diff.mean()) <= 1e-6
 
 
 def test_tito_trainer_uses_rollout_ids(session):

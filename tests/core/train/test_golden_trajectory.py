@@ -1,15 +1,30 @@
-"""The loop's math is pinned: a fixed-seed 20-step run reproduces its per-step loss, reward,
+"""The loop's math is pinned: a fixed-seed 20-step run reproduces its per-step reward, loss,
 train/rollout mismatch and masked fraction, and the final weights' checksum.
 
 Refactors of the loop must leave this test passing unchanged. It drives only stable interfaces
-(the CLI, the run's telemetry, the run's checkpoint). The run uses a bf16 rollout engine and a
-tight IcePop band (β = 1.05) so that the mismatch and the masked fraction are real signals, not
-float noise. Tolerances: the values were produced on one x86 CPU with one torch thread; another
-CPU's BLAS kernels change float bits (~1e-7 relative per matmul), so the loss and the mismatch
-are compared at 1e-3 relative, the masked fraction within about one token of ~200, the reward
-exactly. A change of the math moves far more: one sample flipped in the batch moves the reward
-by 1/64. The weights checksum is a float projection of every parameter (their sum, and their
-sum against a fixed pseudo-random sign vector), not a byte hash, for the same reason.
+(the CLI, the run's telemetry, the run's checkpoint). The rollout engine runs in bf16, so the
+train/rollout mismatch is a real signal (~5e-3 nats per token), not float noise.
+
+What is pinned exactly is what no CPU changes: the step indices, every step's reward (64 sampled
+answers, verified), and the masked fraction. IcePop keeps its default band (β = 2): the bf16
+mismatch of a token moves by up to one bf16 ulp of a logit (0.03 to 0.06 nats) with the CPU's
+kernels, so at a tight band (β = 1.05, an earlier version of this test) a token near the band's
+edge was kept on one CPU and masked on another, and the two runs forked at step 10 (loss off by
+60%, rewards off from step 17). At β = 2 no token comes near the edge: nothing is masked on any
+kernel set measured. IcePop's masking itself is tested in tests/core/algorithms/test_trust.py.
+
+Floats are compared with tolerances measured across kernel sets, with one torch thread: native
+(AVX2 on an AMD EPYC), ATEN_CPU_CAPABILITY=default, ATEN_CPU_CAPABILITY=avx2, and default with
+MKL_CBWR=COMPATIBLE and ONEDNN_MAX_CPU_ISA=SSE41 (another BLAS code path):
+- loss: identical to the last bit on all four; rel 1e-3 (abs 1e-6: on most steps the token-mean
+  of on-policy GRPO terms is ~1e-9, float noise around zero; a changed step moves it by ~1e-2);
+- mismatch per step: up to 2.4% apart (one token's logit crossing a bf16 rounding boundary; an
+  AVX-512 CPU gave 1.9% at step 0); rel 0.1. Its 20-step mean: up to 0.18% apart; rel 0.03.
+  The fp32 engine's mismatch is ~1e-7, so a change of the rollout's precision shows at once;
+- weights: sum up to 1.7e-9 relative apart, signed sum up to 7e-6 apart; rel 1e-5 and abs 1e-3.
+  The checksum is a float projection of every parameter (their sum, and their sum against a fixed
+  pseudo-random sign vector), not a byte hash, for the same reason.
+A change of the math moves far more: one sample flipped in the batch moves the reward by 1/64.
 """
 
 from __future__ import annotations
@@ -24,29 +39,29 @@ GOLDEN_STEPS = 20
 # per step: (loss, reward_mean, mismatch_abs_mean, masked_fraction)
 GOLDEN = {
     "steps": [
-        (-0.0058318087831139565, 0.5, 0.003705920884385705, 0.010000000000000009),
-        (-0.007767025846987963, 0.484375, 0.0024778288789093494, 0.004464285714285698),
-        (-0.03565245494246483, 0.640625, 0.004243598785251379, 0.015000000000000013),
-        (-0.013106515631079674, 0.671875, 0.005093604326248169, 0.01990049751243783),
-        (-3.725290298461914e-09, 0.328125, 0.0035774295683950186, 0.0),
-        (-0.005425306968390942, 0.625, 0.0063299923203885555, 0.02336448598130836),
-        (6.38621200366174e-09, 0.609375, 0.005028023384511471, 0.013215859030836996),
-        (-0.026376351714134216, 0.578125, 0.004005108028650284, 0.015000000000000013),
-        (-0.011864322237670422, 0.59375, 0.0034045919310301542, 0.004464285714285698),
-        (-0.0035049517173320055, 0.234375, 0.005464052315801382, 0.013392857142857095),
-        (-0.03104150854051113, 0.546875, 0.006147539708763361, 0.02777777777777779),
-        (-0.007440311834216118, 0.453125, 0.007082722149789333, 0.01851851851851849),
-        (-0.021565455943346024, 0.546875, 0.0047204699367284775, 0.009756097560975618),
-        (-0.008056038059294224, 0.546875, 0.004434429109096527, 0.00462962962962965),
-        (-0.03069017082452774, 0.625, 0.005376759450882673, 0.014423076923076872),
-        (-0.029493296518921852, 0.609375, 0.004964150954037905, 0.02314814814814814),
-        (-0.025124097242951393, 0.53125, 0.00941651314496994, 0.009478672985781977),
-        (0.009139718487858772, 0.5625, 0.008770940825343132, 0.05238095238095242),
-        (-0.018287070095539093, 0.75, 0.005505014676600695, 0.013392857142857095),
-        (-0.022660357877612114, 0.71875, 0.005408724769949913, 0.015000000000000013),
+        (-2.38418573772492e-09, 0.5, 0.003637013491243124, 0.0),
+        (-5.321843521421954e-10, 0.484375, 0.0025794750545173883, 0.0),
+        (-7.1525572131747595e-09, 0.65625, 0.006165328435599804, 0.0),
+        (0.006422842387109995, 0.671875, 0.003937823232263327, 0.0),
+        (-3.725290298461914e-09, 0.328125, 0.004528833553195, 0.0),
+        (8.912843796338166e-09, 0.625, 0.004262350033968687, 0.0),
+        (-2.100604135080175e-09, 0.640625, 0.0034493040293455124, 0.0),
+        (-2.38418573772492e-09, 0.5625, 0.007390908431261778, 0.0),
+        (-5.321843521421954e-10, 0.59375, 0.0031387191265821457, 0.0),
+        (4.257474817137563e-09, 0.234375, 0.007616930175572634, 0.0),
+        (3.86326393098102e-09, 0.5625, 0.00770955067127943, 0.0),
+        (6.622738357719982e-09, 0.421875, 0.010361943393945694, 0.0),
+        (1.2793192283311328e-08, 0.546875, 0.004847841337323189, 0.0),
+        (-4.4151589051466544e-09, 0.546875, 0.004571573343127966, 0.0),
+        (-2.292486422916795e-09, 0.625, 0.004217342007905245, 0.0),
+        (4.691106170184867e-09, 0.671875, 0.005362964700907469, 0.0),
+        (-0.018355339765548706, 0.546875, 0.0062375436536967754, 0.0),
+        (0.03104151226580143, 0.59375, 0.00701137725263834, 0.0),
+        (-5.3218434103996515e-09, 0.75, 0.004626796580851078, 0.0),
+        (2.6822091214739885e-09, 0.671875, 0.007018751930445433, 0.0),
     ],
-    "weights_sum": 793.5660673126235,
-    "weights_signed_sum": 26.7882752066522,
+    "weights_sum": 793.8800029129011,
+    "weights_signed_sum": 26.86194215461893,
 }
 # fmt: on
 
@@ -87,8 +102,6 @@ def golden_run(tmp_path):
                 "train.eval_size=16",
                 "--set",
                 'rollout.precision="bf16"',
-                "--set",
-                "algorithm.icepop_beta=1.05",
             ]
         )
     finally:
@@ -107,14 +120,19 @@ def golden_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.float_sensitive
 def test_fixed_seed_run_reproduces_the_pinned_trajectory(tmp_path):
     rows, (total, signed) = golden_run(tmp_path)
     assert [r[0] for r in rows] == list(range(GOLDEN_STEPS))
+    # exact: what no CPU changes
+    assert [r[2] for r in rows] == [want[1] for want in GOLDEN["steps"]]
+    assert [r[4] for r in rows] == [want[3] for want in GOLDEN["steps"]]
     for got, want in zip(rows, GOLDEN["steps"], strict=True):
-        step, loss, reward, mismatch, masked = got
+        step, loss, _, mismatch, _ = got
         assert math.isclose(loss, want[0], rel_tol=1e-3, abs_tol=1e-6), (step, loss, want[0])
-        assert math.isclose(reward, want[1], rel_tol=1e-9), (step, reward, want[1])
-        assert math.isclose(mismatch, want[2], rel_tol=1e-3), (step, mismatch, want[2])
-        assert math.isclose(masked, want[3], abs_tol=6e-3), (step, masked, want[3])
+        assert math.isclose(mismatch, want[2], rel_tol=0.1), (step, mismatch, want[2])
+    mean_mismatch = sum(r[3] for r in rows) / GOLDEN_STEPS
+    want_mean = sum(w[2] for w in GOLDEN["steps"]) / GOLDEN_STEPS
+    assert math.isclose(mean_mismatch, want_mean, rel_tol=0.03), (mean_mismatch, want_mean)
     assert math.isclose(total, GOLDEN["weights_sum"], rel_tol=1e-5), total
     assert math.isclose(signed, GOLDEN["weights_signed_sum"], abs_tol=1e-3), signed

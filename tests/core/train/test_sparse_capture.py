@@ -31,16 +31,23 @@ def test_stack_selections_concatenates_chunks():
 
 @pytest.fixture(scope="module")
 def moe_bf16():
-    """All 4 layers MoE (upcycled), bf16 rollout: routes disagree now and then (measured ~1%)."""
+    """All 4 layers MoE (upcycled), bf16 rollout: routes disagree now and then. How often depends
+    on the upcycled routers' init (train.seed) and, route by route, on the CPU's kernels (a route
+    flips where two experts' scores are within bf16 rounding). Measured on this batch, native AVX2
+    and ATEN_CPU_CAPABILITY=default alike: seed 0 1 of 800 routes (one near-tie, which another
+    CPU may resolve either way), seed 1 none, seed 2 8 of 832 (agreement 0.99038); over 4 batches
+    0.03% / 0.71% / 0.51% disagree. Seed 2, so that the disagreement does not hang on one route."""
     s = session(
         "model.moe_layers=[0,1,2,3]",
         'rollout.precision="bf16"',
         "algorithm.prompts_per_step=8",
         "algorithm.group_size=8",
+        "train.seed=2",
     )
     return s, rollout(s)
 
 
+@pytest.mark.float_sensitive
 def test_routes_disagree_without_replay(moe_bf16):
     s, traj = moe_bf16
     with torch.no_grad():
