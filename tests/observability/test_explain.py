@@ -2,7 +2,7 @@
 scenario, the importers' runs, and an unreadable run.
 
 Scenario runs are the shared short runs (``tests/notebooks/scenario_runs.py``); the stall's control
-is trained here with the scenario's own ``control`` override (one setting: ``rewards.weights``).
+(``rewards.weights`` = the verifier alone, the default reward) is the shared ``healthy`` run.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import json
 import pytest
 
 from closedloop.cli import main
-from core.scenario import list_scenarios, load_scenario, run_scenario
+from core.scenario import list_scenarios, load_scenario
 from observability import open_run
 from observability.explain import VERDICTS, explain
 from observability.importers import import_dump
-from tests.notebooks.scenario_runs import SHORT, SHORT_STEPS, scenario_run
+from tests.notebooks.scenario_runs import SHORT_STEPS, scenario_run
 from tests.observability.importers.episodes import VOCAB, make_steps
 
 SHORT_SCENARIOS = [n for n in list_scenarios() if not load_scenario(n).needs]
@@ -24,13 +24,10 @@ SHORT_SCENARIOS = [n for n in list_scenarios() if not load_scenario(n).needs]
 
 @pytest.fixture(scope="module")
 def control(tmp_path_factory):
-    """The ``saturated-reward`` scenario's control: the verifier weighted instead of format."""
-    overrides = [*SHORT, *load_scenario("saturated-reward").control]
-    root = tmp_path_factory.mktemp("control")
-    run, _ = run_scenario(
-        "saturated-reward", runs_root=root, steps=SHORT_STEPS, overrides=overrides
-    )
-    return run
+    """The ``saturated-reward`` scenario's control weights the verifier alone, which is the
+    default reward: the shared ``healthy`` run is that control (same config, same run)."""
+    assert load_scenario("saturated-reward").control == ("rewards.weights={verifier = 1.0}",)
+    return scenario_run("healthy", tmp_path_factory)
 
 
 def _json(capsys, argv) -> dict:
