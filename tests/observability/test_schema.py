@@ -147,3 +147,19 @@ def test_arrow_schema_and_empty_table():
 def test_unknown_table_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown telemetry table 'tokenz'.*tokens"):
         table_spec("tokenz")
+
+
+PROVENANCE_AND_STEP_SIZE = {  # columns schema version 6 added to existing tables
+    "teacher_routes": "teacher_domains teacher_source_sha256 teacher_config_sha256 "
+    "student_source_sha256 declared_source",
+    "steps": "update_norm param_norm",
+}
+
+
+def test_schema_version_6_columns():
+    assert SCHEMA_VERSION >= 6
+    for name, cols in PROVENANCE_AND_STEP_SIZE.items():
+        assert set(cols.split()) <= set(TABLES[name].column_names), name
+    assert ENUMS["teacher_routes.declared_source"] == ("same", "off")
+    assert TABLES["teacher_routes"].column("teacher_domains").type == pa.list_(pa.string())
+    assert TABLES["steps"].column("update_norm").min == 0
