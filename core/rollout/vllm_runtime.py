@@ -41,6 +41,7 @@ def import_vllm():
     """``vllm`` with the in-process engine core, or a RuntimeError naming the install command."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # the trainer shares the cores
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not a line per engine step
     try:
         return importlib.import_module("vllm")
     except ImportError as err:
