@@ -14,7 +14,7 @@ Live lag (``--live-steps N``, 0: off): one more recorded run, read while it trai
 dashboard's own store (``dashboards.store.RunHandle``, polled every 0.1 s from a thread); a
 step's lag is from its ``on_step_end`` to the poll that first shows its ``steps`` row.
 Usage: python benchmarks/trl_overhead.py [--rounds 3] [--steps 8] [--threads 1]
-[--live-steps 0] [--json F]
+[--live-steps 0] [--flush-seconds 2] [--json F]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def vs_trl():
     return module
 
 
-def one_run(bench, cfg, base: Path, root: Path, *, recorded: bool) -> dict:
+def one_run(bench, cfg, base: Path, root: Path, *, recorded: bool, flush_s: float = 2.0) -> dict:
     """Train one TRL run; per-step wall and process-CPU seconds (the first step dropped)."""
     from transformers import TrainerCallback
 
@@ -61,8 +61,10 @@ def one_run(bench, cfg, base: Path, root: Path, *, recorded: bool) -> dict:
     rec = None
     if recorded:
         from closedloop.integrations.trl import record
+        from observability import TelemetryConfig
 
-        rec = record(trainer, run_dir=root / "runs", name="overhead")
+        telemetry = TelemetryConfig(flush_seconds=flush_s)
+        rec = record(trainer, run_dir=root / "runs", name="overhead", telemetry=telemetry)
     trainer.train()
     steps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(marks, marks[1:])]
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--live-steps", type=int, default=0)
+    ap.add_argument("--flush-seconds", type=float, default=2.0, help="the sink's flush_seconds")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -140,7 +143,10 @@ def main(argv: list[str] | None = None) -> dict:
         base = export_hf(root / "base")
         for r in range(args.rounds):
             for recorded in (False, True) if r % 2 == 0 else (True, False):
-                out = one_run(bench, cfg, base, root / f"{r}-{int(recorded)}", recorded=recorded)
+                where = root / f"{r}-{int(recorded)}"
+                out = one_run(
+                    bench, cfg, base, where, recorded=recorded, flush_s=args.flush_seconds
+                )
                 side[recorded] += out["steps"]
                 losses[recorded].append(out["losses"])
                 if recorded:

@@ -41,6 +41,7 @@ import numpy as np
 
 from closedloop.integrations import trl_batch as B
 from closedloop.integrations import trl_columns as C
+from observability.config import TelemetryConfig
 from observability.emit_step import unrecorded_in
 from observability.writer import RUN_INFO_KEYS, DuckDBTelemetry
 
@@ -73,9 +74,17 @@ def check_trl_version(version: str | None = None) -> str:
     return version
 
 
-def record(trainer: Any, run_dir: str | Path = "runs", *, name: str = "grpo") -> TRLRecorder:
+def record(
+    trainer: Any,
+    run_dir: str | Path = "runs",
+    *,
+    name: str = "grpo",
+    telemetry: TelemetryConfig | None = None,
+) -> TRLRecorder:
     """Record ``trainer`` (a TRL ``GRPOTrainer``, before ``train()``) as a closedloop run under
-    ``run_dir``; returns the recorder (``.run_dir``: the run directory)."""
+    ``run_dir``; returns the recorder (``.run_dir``: the run directory). ``telemetry``: the sink's
+    sampling and flushing (``observability.TelemetryConfig``; a longer ``flush_seconds`` writes
+    less often: less CPU, more live lag)."""
     version = check_trl_version()
     from trl import GRPOTrainer
 
@@ -88,7 +97,7 @@ def record(trainer: Any, run_dir: str | Path = "runs", *, name: str = "grpo") ->
             f"closedloop records a single-process TRL run; accelerate runs "
             f"{trainer.accelerator.num_processes} processes"
         )
-    rec = TRLRecorder(trainer, Path(run_dir), name=name, trl_version=version)
+    rec = TRLRecorder(trainer, Path(run_dir), name=name, trl_version=version, telemetry=telemetry)
     trainer.__class__ = _recording_class(type(trainer))
     trainer._closedloop = rec
     trainer.add_callback(_callback(rec))
@@ -208,8 +217,17 @@ class TRLRecorder:
     step's trained samples, and the telemetry sink (opened at the first step end, when the run
     knows what it records)."""
 
-    def __init__(self, trainer: Any, runs_root: Path, *, name: str, trl_version: str) -> None:
+    def __init__(
+        self,
+        trainer: Any,
+        runs_root: Path,
+        *,
+        name: str,
+        trl_version: str,
+        telemetry: TelemetryConfig | None = None,
+    ) -> None:
         self.trainer = trainer
+        self.telemetry = telemetry
         self.run_dir = (
             runs_root / f"{time.strftime('%Y%m%d-%H%M%S')}-trl-{name}-{uuid.uuid4().hex[:6]}"
         )
@@ -377,7 +395,7 @@ class TRLRecorder:
         ]
         self.unrecorded = {n for n in declared if "." in n}
         info = {**self.info, "unrecorded": declared}
-        self.sink = DuckDBTelemetry(self.run_dir, run_info=info)
+        self.sink = DuckDBTelemetry(self.run_dir, run_info=info, config=self.telemetry)
 
     def close(self, status: str) -> None:
         if self.closed:
