@@ -238,3 +238,13 @@ def test_trl_with_vllm_records_sampling_logps_and_is_weights(tmp_path, monkeypat
     assert gate.passed, [(r.id, r.status, r.message) for r in gate.failed()]
     assert got["action.mismatch_abs_mean"] == got["action.logp_finite"] == "pass"
     assert_rollups_as_observability_computes(run_dir)
+
+
+def test_dashboard_pages_render_the_run(recorded, monkeypatch):
+    from tests.dashboards.apptest import figures, run_page
+
+    run_dir = recorded[2]
+    for page in ("Overview", "Masked tokens", "Token view", "Rewards"):
+        at = run_page(monkeypatch, run_dir.parent, [run_dir.name], page)
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert figures(at), page
