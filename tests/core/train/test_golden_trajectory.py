@@ -18,12 +18,12 @@ Floats are compared with tolerances measured across kernel sets, with one torch 
 MKL_CBWR=COMPATIBLE and ONEDNN_MAX_CPU_ISA=SSE41 (another BLAS code path):
 - loss: identical to the last bit on all four; rel 1e-3 (abs 1e-6: on most steps the token-mean
   of on-policy GRPO terms is ~1e-9, float noise around zero; a changed step moves it by ~1e-2);
-- mismatch per step: up to 2.4% apart (one token's logit crossing a bf16 rounding boundary; an
-  AVX-512 CPU gave 1.9% at step 0); rel 0.1. Its 20-step mean: up to 0.18% apart; rel 0.03.
+- mismatch per step: up to 2.4% apart (one token's logit crossing a bf16 rounding boundary; the
+  CPU of the earlier pins: 1.9% at step 0); rel 0.1. Its 20-step mean: up to 0.18% apart; rel 0.03.
   The fp32 engine's mismatch is ~1e-7, so a change of the rollout's precision shows at once;
 - weights: sum up to 1.7e-9 relative apart, signed sum up to 7e-6 apart; rel 1e-5 and abs 1e-3.
   The checksum is a float projection of every parameter (their sum, and their sum against a fixed
-  pseudo-random sign vector), not a byte hash, for the same reason.
+  pseudo-random sign vector), not a byte hash: the kernels change the low bits.
 A change of the math moves far more: one sample flipped in the batch moves the reward by 1/64.
 """
 
