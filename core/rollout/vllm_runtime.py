@@ -42,6 +42,9 @@ def import_vllm():
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # the trainer shares the cores
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not a line per engine step
+    # vLLM's kernels bring a second OpenMP runtime into the process (beside torch's): passive
+    # waiting keeps its idle threads from spinning on the cores the trainer computes on
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         return importlib.import_module("vllm")
     except ImportError as err:
@@ -86,6 +89,7 @@ def shared_llm(
     if key in _LLMS:
         return _LLMS[key], False
     vllm = import_vllm()
+    set_num_threads = torch.set_num_threads  # vLLM's CPU worker disables it process-wide
     llm = vllm.LLM(
         model=str(model_dir),
         dtype=DTYPES[dtype],
@@ -100,6 +104,7 @@ def shared_llm(
         enforce_eager=True,  # no torch.compile: a start in seconds, not a minute
         disable_log_stats=False,
     )
+    torch.set_num_threads = set_num_threads  # the trainer's threads stay the trainer's to set
     kv = llm.collective_rpc(kv_cache_tensors)[0]
     res = Residency(
         llm=llm,
