@@ -199,7 +199,9 @@ c AS (SELECT t.*, coalesce(s.staleness, 0) = 0 AND NOT f.any_retok AND NOT t.kv_
 SELECT step, count(*) AS n_action, avg(retok::DOUBLE) AS retokenized_tokens,
        avg(abs(d)) FILTER (WHERE clean) AS train_rollout_mismatch,
        avg(d) FILTER (WHERE clean) AS mismatch_signed,
-       avg((NOT coalesce(trust_mask, false))::DOUBLE) FILTER (WHERE clean) AS masked_fraction
+       CASE WHEN count(trust_mask) FILTER (WHERE clean) > 0  -- a run that records trust masks
+            THEN avg((NOT coalesce(trust_mask, false))::DOUBLE) FILTER (WHERE clean)
+       END AS masked_fraction
 FROM c GROUP BY step"""
 
 _TOPK_LEVELS = f"""

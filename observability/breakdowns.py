@@ -44,7 +44,8 @@ def mismatch_by_token(
         """
         SELECT token_id, count(*) AS n, avg(abs(train_logp - rollout_logp)) AS abs_delta_mean,
                avg(train_logp - rollout_logp) AS delta_mean,
-               avg((NOT coalesce(trust_mask, false))::DOUBLE) AS masked_fraction
+               CASE WHEN count(trust_mask) > 0  -- a run that records trust masks
+                    THEN avg((NOT coalesce(trust_mask, false))::DOUBLE) END AS masked_fraction
         FROM tokens WHERE run_id = ? AND role = 'action' GROUP BY token_id HAVING count(*) >= ?
         ORDER BY abs_delta_mean DESC, token_id LIMIT ?""",
         [rid, min_count, limit],

@@ -137,7 +137,7 @@ def test_resolve_run_id_needs_a_choice_with_several_runs():
     assert A.resolve_run_id(con, "b") == "b"
 
 
-def _mismatch_run(path, *, quantized: bool, qat: bool = False):
+def _mismatch_run(path, *, quantized: bool, qat: bool = False, trust: bool | None = True):
     """A 6-step run of 4 fresh samples a step whose rollout log-probs are 0.5 nats off, with the
     rollout's int4 qparams (max error 0.02 per tensor) and optionally matching QAT codes."""
     from observability import DuckDBTelemetry, TelemetryConfig, open_run
@@ -150,7 +150,7 @@ def _mismatch_run(path, *, quantized: bool, qat: bool = False):
                              "staleness": 0, "status": "trained"})  # fmt: skip
         tel.emit("tokens", {"step": step, "sample_id": np.repeat(ids, 3), "pos": np.tile([0, 1, 2], 4),
                             "token_id": 7, "train_token_id": 7, "role": "action", "loss_mask": True,
-                            "train_logp": -1.0, "rollout_logp": -1.5, "trust_mask": True})  # fmt: skip
+                            "train_logp": -1.0, "rollout_logp": -1.5, "trust_mask": trust})  # fmt: skip
         producers = (["rollout_load"] if quantized else []) + (["qat_fake"] if qat else [])
         for producer in producers:
             tel.emit("qparams", {"policy_version": step, "tensor": ["w1", "w2"], "producer": producer,
@@ -178,3 +178,14 @@ def test_uncorrected_quantization_explains_the_mismatch_it_causes(
         assert mismatch.isna().all() and levels["quantization_error"].eq(0.02).all()
     else:
         assert mismatch.eq(0.5).all()
+
+
+def test_a_run_without_trust_masks_has_no_masked_fraction(tmp_path):
+    """A trainer that records no trust mask (TRL without vLLM) masked nothing we know of: the
+    suspect is absent (NULL), not 100 % masked."""
+    con = _mismatch_run(tmp_path / "run", quantized=False, trust=None)
+    levels = A.suspect_levels(con)
+    assert levels["masked_fraction"].isna().all()
+    assert A.rank_suspects(levels).iloc[0]["suspect"] != "masked_fraction"
+    con = _mismatch_run(tmp_path / "masked", quantized=False, trust=False)
+    assert A.suspect_levels(con)["masked_fraction"].eq(1.0).all()
