@@ -31,7 +31,9 @@ def test_paired_tie_and_lead():
     assert tie.t == pytest.approx(0.0666667 / (0.0577350 / math.sqrt(3)), rel=1e-5)
     lead = stats.paired([0.9, 0.91, 0.92, 0.9], [0.5, 0.52, 0.5, 0.51])
     assert lead.verdict("A", "B") == "A ahead"
-    assert stats.paired([0.1, 0.2], [0.5, 0.7]).verdict("A", "B") == "B ahead"
+    assert stats.paired([0.1, 0.2, 0.15], [0.5, 0.7, 0.6]).verdict("A", "B") == "B ahead"
+    # two seeds at -0.4, -0.5: t_{0.975,1} = 12.706 makes the interval span 0
+    assert stats.paired([0.1, 0.2], [0.5, 0.7]).verdict("A", "B") == "tie"
     assert "tie" in tie.fmt("A", "B")
 
 
