@@ -28,9 +28,9 @@ def run_one(
     mode: str, executor: str, *, steps: int, latency: float, seed: int, engine: str = "embedded"
 ) -> dict:
     from core.config import load_config
-    from core.train.async_grpo import run_async
-    from core.train.grpo import run_grpo
-    from core.train.session import Session
+    from core.loops.async_grpo import run_async
+    from core.loops.grpo import run_grpo
+    from core.loops.session import Session
     from observability.telemetry import NullTelemetry
 
     overrides = [

@@ -91,7 +91,7 @@ def main() -> None:
 def train_once(overrides, *, steps, seed, root, telemetry, threads) -> dict:
     """One training run (in its own process, see ``isolated``): start/end accuracy, timings."""
     torch.set_num_threads(threads)
-    from core.train.driver import resolve_config, run_training
+    from core.driver import resolve_config, run_training
 
     cfg = resolve_config(CONFIG, overrides, steps=steps, seed=seed)
     t0 = time.time()

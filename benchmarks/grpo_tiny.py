@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--telemetry", default="none", choices=["none", "duckdb"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from core.train.driver import resolve_config, run_training
+    from core.driver import resolve_config, run_training
 
     cfg = resolve_config(None, ["train.eval_size=256", *args.set], steps=args.steps)
     with tempfile.TemporaryDirectory() as root:

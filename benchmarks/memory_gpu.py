@@ -2,7 +2,7 @@
 
 The rollout engine runs on the CPU (its kernels are CPU-only), as does the weight sync; the
 trainer half of each GRPO step — actor forward, loss, backward, AdamW step — runs on CUDA with a
-``TrainingMemory`` ledger on ``cuda:0``, called at the same points as ``core.train.grpo``. Per
+``TrainingMemory`` ledger on ``cuda:0``, called at the same points as ``core.loops.grpo``. Per
 step, CUDA's peak counter is reset at the step start; the ledger's tracked peak is compared with
 ``torch.cuda.max_memory_allocated`` (acceptance: within 5%). Simplification: untracked CUDA
 allocations (logits and other non-saved forward outputs, backward and optimizer temporaries) are
@@ -27,9 +27,9 @@ MIB = 2**20
 def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
     """One GRPO step, trainer half on CUDA; returns (ledger peak, torch peak, the ledger's Peak)."""
     from core.algorithms.advantage import grpo_token_advantages
-    from core.train.grpo import collect_step, policy_term, trust
-    from core.train.score import actor_forward, trainer_inputs
-    from core.train.update import optimizer_step
+    from core.loops.grpo import collect_step, policy_term, trust
+    from core.loops.score import actor_forward, trainer_inputs
+    from core.loops.update import optimizer_step
 
     cfg, alg = s.cfg, s.cfg.algorithm
     mem.begin_step(step)
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.config import load_config
     from core.device import Device
-    from core.train.memory_hooks import TrainingMemory
-    from core.train.session import Session
+    from core.loops.session import Session
+    from core.memory.hooks import TrainingMemory
     from observability.telemetry import NullTelemetry
 
     dev = Device.from_string("cuda")

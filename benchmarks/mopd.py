@@ -41,7 +41,7 @@ ARMS = ("mopd-sampled", "mopd-topk", "mixrl")
 
 def _train(config, overrides, *, root, name, steps=None):
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     extra = [*overrides, *([f"train.steps={steps}"] if steps is not None else [])]
     cfg = load_config(config, extra)
@@ -73,8 +73,8 @@ def train_experts(root, *, steps, per_domain):
 def off_source_teacher(root, *, steps, seed=7):
     """A clean SFT from another initialisation (same tokenizer): the stronger, off-source one."""
     from core.config import load_config
+    from core.pretrain.arithmetic import pretrain
     from core.tokenizer.tokenizer import Tokenizer
-    from core.train.pretrain import pretrain
 
     out = Path(root) / "experts" / "off-source"
     cfg = load_config(None)

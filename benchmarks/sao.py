@@ -76,7 +76,7 @@ def main() -> None:
 def train_once(config: str, overrides, *, steps, seed, root, telemetry, threads) -> dict:
     """One training run (in its own process): start/end accuracy, trained samples, loop time."""
     torch.set_num_threads(threads)
-    from core.train.driver import resolve_config, run_training
+    from core.driver import resolve_config, run_training
 
     cfg = resolve_config(CONFIGS / config, overrides, steps=steps, seed=seed)
     _, summary = run_training(

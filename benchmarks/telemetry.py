@@ -204,7 +204,7 @@ def commit_times(run_dir: Path) -> dict[int, float]:
 
 
 def section_tiny(args: argparse.Namespace) -> None:
-    import core.train.driver as driver
+    import core.driver as driver
 
     cfg = driver.resolve_config(None, [], steps=args.train_steps)
     made: list[_Metered] = []

@@ -47,10 +47,10 @@ def weight_bytes(engine, names: list[str]) -> tuple[int, int, int, int]:
 
 def run_mode(key: str, args) -> dict:
     from core.config import load_config
+    from core.loops.evaluate import greedy_accuracy
+    from core.loops.grpo import train_step
+    from core.loops.session import Session
     from core.quant.sync_quantizer import quantized_names
-    from core.train.evaluate import greedy_accuracy
-    from core.train.grpo import train_step
-    from core.train.session import Session
     from observability.telemetry import NullTelemetry
 
     label, overrides = MODES[key]

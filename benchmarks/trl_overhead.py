@@ -79,7 +79,7 @@ def live_lag(bench, cfg, base: Path, root: Path, *, steps: int) -> list[float]:
     from transformers import TrainerCallback
 
     from closedloop.integrations.trl import record
-    from core.train.driver import resolve_config
+    from core.driver import resolve_config
     from dashboards import queries
     from dashboards.store import RunHandle
 
@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    from core.driver import resolve_config
     from core.model.hf_export import export_hf
-    from core.train.driver import resolve_config
 
     bench = vs_trl()
     cfg = resolve_config(None, [], steps=args.steps, seed=0)

@@ -35,7 +35,7 @@ PRECISIONS = ("fp32", "bf16", "w4a16", "w8a16", "fp8")
 
 def gap(args) -> None:
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
     from observability import open_run
 
     print(f"\n== train-inference gap ({args.steps} GRPO steps, seed 0, action tokens) ==")
@@ -167,7 +167,7 @@ def speed(args) -> None:
 def grpo(args) -> None:
     from contracts import run_gate
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     print("\n== configs/grpo_tiny.toml with rollout.engine='vllm' ==")
     cfg = load_config(REPO / "configs" / "grpo_tiny.toml", ["rollout.engine='vllm'"])

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--record", default=None, help="record the TRL side as a run under this dir")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from core.train.driver import resolve_config
+    from core.driver import resolve_config
 
     cfg = resolve_config(None, args.set, steps=args.steps, seed=args.seed)
     with tempfile.TemporaryDirectory() as root:
@@ -136,13 +136,13 @@ def since(t: tuple[float, float]) -> tuple[float, float]:
 
 
 class ClosedloopSide:
-    """A closedloop run with DuckDB telemetry, stepped from outside (``core.train.grpo``)."""
+    """A closedloop run with DuckDB telemetry, stepped from outside (``core.loops.grpo``)."""
 
     def __init__(self, cfg, runs_root: Path) -> None:
         from core.envs.registry import chat_template_rev
+        from core.loops.session import Session
         from core.run import new_run_dir, open_telemetry, write_resolved_config, write_tokenizer
         from core.tokenizer.tokenizer import Tokenizer
-        from core.train.session import Session
 
         self.tok = Tokenizer.load()
         self.run_dir = new_run_dir(runs_root, "vs-trl")
@@ -161,14 +161,14 @@ class ClosedloopSide:
         """Per step, wall s: rollout, score + update, weight sync + probe, telemetry records + emit."""
 
     def step_questions(self, steps: int) -> list[list]:
-        """The problems each step draws (``core.train.grpo.collect_step``'s seeds), in order."""
+        """The problems each step draws (``core.loops.grpo.collect_step``'s seeds), in order."""
         return step_questions(self.s.cfg, steps, envs=self.s.envs)
 
     def seed(self, step: int) -> int:
         return self.s.cfg.train.seed * 1_000_003 + step
 
     def step(self, k: int) -> tuple[float, float]:
-        from core.train.grpo import train_step
+        from core.loops.grpo import train_step
 
         t = (time.perf_counter(), time.thread_time())
         m = train_step(self.s, k)
@@ -185,9 +185,9 @@ class ClosedloopSide:
 
     def accuracy(self, hf: dict[str, torch.Tensor], n: int) -> float:
         """Greedy held-out accuracy of HF-named weights through our engine and verifier."""
+        from core.loops.evaluate import greedy_accuracy
         from core.model.hf_weights import hf_to_rollout
         from core.rollout.engine import RolloutEngine
-        from core.train.evaluate import greedy_accuracy
 
         engine = RolloutEngine(self.s.model_cfg)
         hf = {k: v.detach().to(torch.float32) for k, v in hf.items()}

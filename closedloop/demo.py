@@ -3,7 +3,7 @@ then the release gate on the run (its exit code is the command's)."""
 
 from __future__ import annotations
 
-from core.train.driver import print_summary, resolve_config, run_training
+from core.driver import print_summary, resolve_config, run_training
 
 
 def _demo(args) -> int:

@@ -50,13 +50,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(args) -> int:
-    from core.train.driver import train_from_args
+    from core.driver import train_from_args
 
     return train_from_args(args)
 
 
 def _cmd_pretrain(args) -> int:
-    from core.train.driver import pretrain_from_args
+    from core.driver import pretrain_from_args
 
     return pretrain_from_args(args)
 

@@ -26,6 +26,8 @@ from core.algorithms.config import AlgorithmConfig
 from core.envs.longhorizon import LongHorizonConfig
 from core.envs.registry import EnvConfig
 from core.envs.tool import ToolConfig
+from core.loops.config import OptimConfig, TrainConfig
+from core.loops.critic import CriticConfig
 from core.model.config import ModelConfig
 from core.quant.config import QuantConfig
 from core.rewards.config import RewardConfig
@@ -33,8 +35,6 @@ from core.rollout.compaction import CompactionConfig
 from core.rollout.config import RolloutConfig
 from core.tasks.arithmetic import ArithmeticConfig
 from core.teachers.config import TeacherConfig
-from core.train.config import OptimConfig, TrainConfig
-from core.train.critic import CriticConfig
 from observability.config import TelemetryConfig
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "grpo_tiny.toml"

@@ -121,7 +121,7 @@ def run_scenario(
     directory: Path = SCENARIO_DIR,
 ) -> tuple[Path, dict]:
     """Train scenario ``name`` with DuckDB telemetry into ``runs_root``; returns (run_dir, summary)."""
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     cfg = scenario_config(name, overrides, steps=steps, directory=directory)
     check_needs(load_scenario(name, directory), cfg)
@@ -152,7 +152,7 @@ def _cmd_scenario(args) -> int:
     except (ConfigError, ValueError) as e:
         print(f"closedloop scenario: {e}", file=sys.stderr)
         return 2
-    from core.train.driver import print_summary, run_training
+    from core.driver import print_summary, run_training
 
     run_dir, summary = run_training(
         cfg, runs_root=args.run_dir, telemetry="duckdb", name=args.name, progress=True

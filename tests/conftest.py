@@ -38,7 +38,7 @@ def make_run(
     """Train a tiny run through the real core with DuckDB telemetry (GRPO unless ``config``
     names another file; ``TINY`` applies to the default config only); returns its run dir."""
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     base = [] if config else TINY
     cfg = load_config(config, [*base, *overrides])
@@ -65,7 +65,7 @@ AGENTIC = [
 def make_agentic_run(root: Path, overrides: list[str] = (), name: str = "agentic") -> Path:
     """A tiny async multi-turn run (configs/agentic_tiny.toml, shrunk) with DuckDB telemetry."""
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     cfg = load_config(AGENTIC_CONFIG, [*AGENTIC, *overrides])
     run_dir, _ = run_training(cfg, runs_root=root, telemetry="duckdb", name=name, progress=False)

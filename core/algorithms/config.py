@@ -10,9 +10,9 @@ from core.algorithms.trust import TRUST_RULES
 
 OLD_LOGP_SOURCES = ("recompute", "separate", "rollout")
 ALGORITHMS = ("grpo", "sao", "compaction")
-"""``grpo``: group baseline (``core.train.grpo``); ``sao``: single rollout + critic with
-skip-observation GAE (``core.train.sao``); ``compaction``: CompactionRL, the critic loop over
-compacted trajectories (``core.train.compaction_rl``). The last two read ``[critic]``."""
+"""``grpo``: group baseline (``core.loops.grpo``); ``sao``: single rollout + critic with
+skip-observation GAE (``core.loops.sao``); ``compaction``: CompactionRL, the critic loop over
+compacted trajectories (``core.loops.compaction_rl``). The last two read ``[critic]``."""
 ADVANTAGES = ("grpo", "opd", "grpo+opd")
 """``grpo``: the group-normalized task advantage; ``opd``: the teacher log-ratio per token
 (``core.algorithms.opd``); ``grpo+opd``: their sum, the OPD part weighted by ``opd_weight``."""

@@ -1,4 +1,8 @@
-"""Memory-owner ledger (issue 9): lifecycle events, per-step peaks, saved activations, model state."""
+"""Memory-owner ledger (issue 9): lifecycle events, per-step peaks, saved activations, model state.
+
+Its glue to the loops is here too (not re-exported): ``hooks`` (the session's ``TrainingMemory``),
+``sync_hooks`` (the weight sync's buffers) and ``replicas`` (async rollout workers' engine replicas).
+"""
 
 from core.memory.activations import SavedActivations
 from core.memory.categories import CATEGORIES, EVENTS

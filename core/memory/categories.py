@@ -2,7 +2,7 @@
 
 One source for the names written to ``memory_events.category`` / ``memory_events.event`` and
 ``memory_peaks.category``; contracts and the dashboard import them from here. Where each object
-of the training loop goes (``core.train.memory_hooks``), and why:
+of the training loop goes (``core.memory.hooks``), and why:
 
 ==============================  =====================  ================  ===========================
 object (ledger name)            category               owner             lifetime
@@ -29,7 +29,7 @@ trainer/sparse_records          live_io                trainer           forward
 Rollout records are created with owner ``rollout`` and transferred to ``trainer`` (the owner
 history keeps both); the DSA Top-k indices the rollout hands over are ``rollout/dsa_topk``, the
 trainer's aligned train/rollout DSA Top-k and MoE records ``trainer/sparse_records``.
-The async loop's rollout workers each own their engine replica (``core.train.replica_memory``).
+The async loop's rollout workers each own their engine replica (``core.memory.replicas``).
 The KV cache is ``saved_activations``, deliberately: it holds the K/V projections a forward
 computed for earlier positions and keeps for later decode steps — the inference form of tensors a
 forward saves for a later computation, growing with batch x sequence like training activations.

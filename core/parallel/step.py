@@ -1,6 +1,6 @@
 """One policy-gradient optimizer step of a tensor-parallel actor (works at TP = 1 as well).
 
-The step is the GRPO update of ``core.train.grpo`` on a given batch: vocab-parallel log-probs
+The step is the GRPO update of ``core.loops.grpo`` on a given batch: vocab-parallel log-probs
 (``core.parallel.logprobs``), the clipped surrogate ``clipped_policy_loss`` (token-mean over the
 action mask), backward through megatron's parallel layers, then the two things a TP step adds:
 - gradient sync: megatron's ``finalize_model_grads`` rule, SUM over the TP group of the

@@ -45,8 +45,8 @@ class RolloutConfig:
     """Nondeterministic kernel only: std of the additive indexer-score noise (≥ 0) standing in for
     unordered parallel reductions; exact ties are broken at random as well."""
     mode: str = "sync"
-    """``sync``: collect, train, sync in turn (``core.train.grpo``); ``async``: rollout workers
-    run ahead of the trainer through the orchestrator's queue (``core.train.async_grpo``)."""
+    """``sync``: collect, train, sync in turn (``core.loops.grpo``); ``async``: rollout workers
+    run ahead of the trainer through the orchestrator's queue (``core.loops.async_grpo``)."""
     executor: str = "threads"
     """Async only: where workers run, ``threads`` | ``processes`` | ``ray`` (``closedloop[ray]``)."""
     workers: int = 2

@@ -54,7 +54,7 @@ class RolloutEngine:
         self.weights: dict[str, object] = {}
         self.policy_version = -1
         self.dsa = dsa or {}  # layer -> callable(q, k, v, *, key_valid, q_idx) -> (out, selection)
-        self.memory_hooks = None  # core.train.memory_hooks.TrainingMemory: KV caches to the ledger
+        self.memory_hooks = None  # core.memory.hooks.TrainingMemory: KV caches to the ledger
         self._kv_bytes = 0  # live KV cache bytes (requests in flight)
         self._kv_peak = 0
 

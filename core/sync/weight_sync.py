@@ -97,7 +97,7 @@ class WeightSync:
         self.quantizer = quantizer  # callable(engine_weights, version) -> engine_weights, or None
         self.temperature = temperature
         self.sync_id = 0
-        self.memory_hooks = None  # core.train.memory_hooks.TrainingMemory: buffers to the ledger
+        self.memory_hooks = None  # core.memory.hooks.TrainingMemory: buffers to the ledger
 
     def sync(
         self, actor: Actor, version: int, probe: tuple[torch.Tensor, torch.Tensor] | None

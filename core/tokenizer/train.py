@@ -19,7 +19,8 @@ from pathlib import Path
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from core.tasks.arithmetic import ArithmeticConfig, sft_corpus
+from core.pretrain.corpus import sft_corpus
+from core.tasks.arithmetic import ArithmeticConfig
 from core.tokenizer.tokenizer import (
     DEFAULT_TOKENIZER_PATH,
     SPECIAL_TOKENS,

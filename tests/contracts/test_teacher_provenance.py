@@ -58,7 +58,7 @@ def test_each_problem_is_named_with_its_route(tmp_path, edits, problem):
 @pytest.mark.slow
 def test_wrong_route_fails_the_gate_naming_it(tmp_path):
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     task = {"min_digits": 2, "max_digits": 2, "ops": ["+"]}  # an addition-only teacher
     same = teacher_checkpoint(tmp_path / "sft")  # the SFT base itself: both domains

@@ -2,10 +2,10 @@
 and a small model config."""
 
 from core.config import load_config
+from core.loops.grpo import collect_step
+from core.loops.score import trainer_inputs
+from core.loops.session import Session
 from core.model.config import ModelConfig
-from core.train.grpo import collect_step
-from core.train.score import trainer_inputs
-from core.train.session import Session
 from observability.telemetry import NullTelemetry
 
 SMALL = ["algorithm.prompts_per_step=4", "algorithm.group_size=4"]

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from core.config import load_config
+from core.driver import run_training
+from core.pretrain.arithmetic import pretrain
 from core.rewards.data import verified_rollouts
 from core.rewards.train import BASE_MODEL, build_judge
 from core.scenario import load_scenario, run_scenario, scenario_config
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.driver import run_training
-from core.train.pretrain import pretrain
 from observability import analysis as A
 from observability import open_run
 from observability.changepoint import NO_ONSET

@@ -76,7 +76,7 @@ def test_a_failing_mirror_is_reported_and_never_stops_the_store(tmp_path):
 @pytest.mark.slow
 def test_a_short_run_mirrors_its_step_rollups(tmp_path):
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     cfg = load_config(None, [*TINY, "train.steps=2"])
     kind = "duckdb,tensorboard,wandb"

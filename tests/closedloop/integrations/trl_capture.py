@@ -34,8 +34,8 @@ def vs_trl():
 def tiny_trainer(root: Path, *, steps: int = 2, **trl_args):
     """benchmarks/vs_trl.py's TRL trainer at 2 prompts x 4 completions per step (``trl_args``:
     other ``GRPOConfig`` values)."""
+    from core.driver import resolve_config
     from core.model.hf_export import export_hf
-    from core.train.driver import resolve_config
 
     bench = vs_trl()
     sets = ["algorithm.prompts_per_step=2", "algorithm.group_size=4"]

@@ -10,8 +10,8 @@ from core.envs.longhorizon import (
     LongHorizonSource,
     is_held_out,
 )
-from core.envs.longhorizon_teacher import TeacherEngine
 from core.model.config import ModelConfig
+from core.pretrain.longhorizon_teacher import TeacherEngine
 from core.tokenizer.tokenizer import Tokenizer
 
 TOK = Tokenizer.load()

@@ -1,4 +1,4 @@
-"""The memory ledger inside the real training loop (``core.train.memory_hooks``).
+"""The memory ledger inside the real training loop (``core.memory.hooks``).
 
 Unit cases drive ``TrainingMemory`` by hand on tensors whose bytes are derived in comments; the
 integration cases train a real 2-step GRPO run (DuckDB telemetry) once per module and check the
@@ -17,8 +17,8 @@ from torch import nn
 from core.memory.categories import CATEGORIES
 from core.memory.checks import lifecycle_violations, replay_peaks
 from core.memory.footprint import distinct_bytes
+from core.memory.hooks import TrainingMemory
 from core.memory.peak import ALLOCATOR_LINE, NOT_MEASURED_OWNER, UNTRACKED_LINE
-from core.train.memory_hooks import TrainingMemory
 from observability.telemetry import NullTelemetry
 
 # --------------------------------------------------------------------------- unit: the hooks
@@ -197,11 +197,11 @@ class Batch:
 def trained(tmp_path_factory):
     """A real 2-step GRPO run with DuckDB telemetry; returns (session, run_dir)."""
     from core.config import load_config
+    from core.loops.grpo import run_grpo
+    from core.loops.session import Session
     from core.run import new_run_dir, open_telemetry
     from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
     from core.tokenizer.tokenizer import Tokenizer
-    from core.train.grpo import run_grpo
-    from core.train.session import Session
     from tests.conftest import TINY
 
     cfg = load_config(None, [*TINY, "train.steps=2"])

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from core.algorithms.gae import outcome_rewards
+from core.loops.config import OptimConfig
+from core.loops.critic import CriticConfig, build_critic, critic_updates
+from core.loops.session import REPO_ROOT
 from core.model.checkpoint import load_checkpoint
 from core.model.critic import FINAL_NORM, Critic
 from core.rollout.trajectories import ROLE, Trajectories
-from core.train.config import OptimConfig
-from core.train.critic import CriticConfig, build_critic, critic_updates
-from core.train.session import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

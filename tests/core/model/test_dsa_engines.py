@@ -14,8 +14,8 @@ from core.model.dsa_engines import (
 )
 from core.model.dsa_select import select_topk
 from core.rollout.sampling import SamplingParams
+from core.telemetry.sparse import capture_sparse, stack_selections
 from core.tokenizer.chat_template import encode_prompt
-from core.train.sparse_capture import capture_sparse, stack_selections
 from tests.core.rollouts import rollout, session
 
 # --- the shared rule ---------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from core.loops.evaluate import greedy_accuracy
 from core.model.dsa_warmup import actor_indexers, warmup_indexers
-from core.train.evaluate import greedy_accuracy
 from tests.core.rollouts import session
 
 

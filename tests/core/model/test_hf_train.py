@@ -7,8 +7,8 @@ export must follow the default run's trajectory exactly (same losses, rewards, l
 from __future__ import annotations
 
 from core.config import load_config
+from core.driver import run_training
 from core.model.hf_export import export_hf
-from core.train.driver import run_training
 from tests.conftest import TINY
 
 

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from core.config import ConfigError, load_config
+from core.loops.grpo import train_step
+from core.loops.session import Session
 from core.model.actor import Actor
 from core.model.config import ModelConfig
 from core.quant.config import QuantConfig
@@ -23,8 +25,6 @@ from core.quant.wiring import build_quant_wiring
 from core.rollout.engine import RolloutEngine
 from core.scenario import load_scenario, scenario_config
 from core.sync.weight_sync import WeightSync, payload_checksum
-from core.train.grpo import train_step
-from core.train.session import Session
 from observability import open_run
 from observability.telemetry import NullTelemetry
 from tests.conftest import make_run

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from core.loops.session import IdCounter
 from core.model.checkpoint import load_checkpoint
 from core.rollout.executor import start_workers
 from core.rollout.orchestrator import Orchestrator
 from core.rollout.sampling import SamplingParams
 from core.rollout.worker import WorkerSpec
 from core.sync.convert import actor_to_rollout
-from core.train.session import IdCounter
 
 
 def base_weights(path: str = "core/assets/base_model"):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from core.envs.longhorizon import LongHorizonConfig, LongHorizonSource
-from core.envs.longhorizon_teacher import TeacherEngine
 from core.model.config import ModelConfig
+from core.pretrain.longhorizon_teacher import TeacherEngine
 from core.rollout.compaction import CompactionConfig, collect_compacted, counter_ids
 from core.rollout.sampling import SamplingParams
 from core.rollout.trajectories import ROLE

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from core.config import load_config
+from core.loops.session import Session
 from core.model.actor import Actor
 from core.model.config import ModelConfig
 from core.rollout.engine import RolloutEngine
 from core.rollout.sampling import SamplingParams
 from core.sync.convert import actor_to_rollout
-from core.train.session import Session
 from observability.telemetry import NullTelemetry
 from tests.core.rollouts import rollout, small_config
 

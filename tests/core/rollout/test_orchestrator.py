@@ -11,8 +11,8 @@ import torch
 
 from core.envs.tool import ToolConfig, ToolSource
 from core.rollout.group_batch import groups_to_batch
+from core.telemetry.agent import turn_rows
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.agent_records import turn_rows
 from tests.core.rollout.orchestration import orchestrator
 from tests.core.rollout.script_env import ScriptSource
 

@@ -3,9 +3,9 @@
 import torch
 
 from core.config import load_config
+from core.loops.session import Session
 from core.sync import weight_sync as ws
 from core.sync.weight_sync import payload_checksum, tensor_checksum
-from core.train.session import Session
 from observability.telemetry import NullTelemetry
 
 

@@ -4,17 +4,16 @@ import re
 
 import pytest
 
+from core.pretrain.corpus import flawed_answer, sft_corpus
 from core.tasks.arithmetic import (
     FAILURE_REASONS,
     ArithmeticConfig,
     Problem,
     Verdict,
     eval_set,
-    flawed_answer,
     is_held_out,
     make_prompts,
     problems_digest,
-    sft_corpus,
     verify,
 )
 

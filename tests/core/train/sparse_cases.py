@@ -3,7 +3,7 @@
 import torch
 
 from core.model.dsa_select import TopkSelection
-from core.train.sparse_capture import SparseStep
+from core.telemetry.sparse import SparseStep
 
 
 def sel(indices):

@@ -8,13 +8,13 @@ import torch
 from contracts import run_gate
 from core.algorithms.policy_loss import policy_loss
 from core.config import load_config
+from core.loops.async_grpo import run_async
+from core.loops.score import actor_forward, trainer_inputs
+from core.loops.session import Session
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
 from core.rollout.group_batch import groups_to_batch
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.async_grpo import run_async
-from core.train.score import actor_forward, trainer_inputs
-from core.train.session import Session
 from observability import open_run
 from observability.telemetry import NullTelemetry
 from tests.conftest import AGENTIC, AGENTIC_CONFIG

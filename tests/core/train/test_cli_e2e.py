@@ -67,7 +67,7 @@ def test_same_seed_same_trajectory(tmp_path):
 def test_run_name_defaults_to_the_config_stem():
     from types import SimpleNamespace
 
-    from core.train.driver import _run_name
+    from core.driver import _run_name
 
     assert _run_name(SimpleNamespace(name=None, config="configs/opd_tiny.toml")) == "opd_tiny"
     assert _run_name(SimpleNamespace(name=None, config=None)) == "grpo"

@@ -7,9 +7,9 @@ import numpy as np
 
 from core.algorithms.trust import REASON
 from core.config import load_config
+from core.loops.grpo import train_step
+from core.loops.session import Session
 from core.rollout.trajectories import ROLE
-from core.train.grpo import train_step
-from core.train.session import Session
 from tests.core.envs.scripted import ScriptedSource
 from tests.core.train.sinks import RecordingSink
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 from core.envs.longhorizon import LongHorizonConfig
 from core.model.checkpoint import file_sha256, load_checkpoint
-from core.rollout.compaction import CompactionConfig
-from core.rollout.trajectories import ROLE
-from core.tokenizer.tokenizer import Tokenizer
-from core.train.pretrain_longhorizon import (
+from core.pretrain.longhorizon import (
     LONGHORIZON_MODEL,
     MODEL,
     demonstrations,
     pretrain_longhorizon,
 )
+from core.rollout.compaction import CompactionConfig
+from core.rollout.trajectories import ROLE
+from core.tokenizer.tokenizer import Tokenizer
 
 TOK = Tokenizer.load()
 

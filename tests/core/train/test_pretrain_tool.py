@@ -7,8 +7,8 @@ from pathlib import Path
 
 from core.envs.tool import ToolConfig, make_tool_problems
 from core.model.checkpoint import file_sha256, load_checkpoint
+from core.pretrain.tool import TOOL_MODEL, demonstration, pretrain_tool
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.pretrain_tool import TOOL_MODEL, demonstration, pretrain_tool
 
 TOK = Tokenizer.load()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.memory.ledger import LedgerError, MemoryLedger
-from core.train.replica_memory import ReplicaMemory, replica_owner
+from core.memory.replicas import ReplicaMemory, replica_owner
 from observability import open_run
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from contracts import run_gate
 from core.config import load_config
-from core.train.driver import run_training
+from core.driver import run_training
 from observability import open_run
 
 SAO_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "sao_tiny.toml"

@@ -11,9 +11,9 @@ import signal
 import pytest
 
 from core.config import load_config
+from core.driver import open_sink
 from core.run import new_run_dir
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.driver import open_sink
 from observability import open_run
 from tests.conftest import TINY
 

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from core.train.sparse_capture import capture_sparse, routing_replay, stack_selections
+from core.telemetry.sparse import capture_sparse, routing_replay, stack_selections
 from tests.core.rollouts import rollout, session
 from tests.core.train.sparse_cases import hand_step, sel
 

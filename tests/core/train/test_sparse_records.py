@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.model.dsa_select import index_hash
-from core.train.sparse_records import route_rows, topk_rows
+from core.telemetry.sparse import route_rows, topk_rows
 from observability.records import build_table
 from tests.core.train.sparse_cases import hand_step
 

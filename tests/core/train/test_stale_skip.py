@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from core.config import load_config
-from core.train.grpo import train_step
-from core.train.session import Session
+from core.loops.grpo import train_step
+from core.loops.session import Session
 from tests.core.train.sinks import RecordingSink
 
 

@@ -120,7 +120,7 @@ def test_shipped_opd_configs_run_with_telemetry(config, tmp_path, teacher_dirs):
     """``configs/opd_tiny.toml`` and ``configs/mopd_tiny.toml`` as shipped, short, with the test
     teachers in place of the trained experts (their routes are the only override)."""
     from core.config import load_config
-    from core.train.driver import run_training
+    from core.driver import run_training
 
     root = Path(__file__).resolve().parents[3] / "configs"
     cfg = load_config(root / f"{config}.toml")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import core.train.driver as driver
+import core.driver as driver
 from observability import open_run
 from observability.writer import RejectedBatch
 

@@ -40,7 +40,7 @@ def run_training(
     progress: bool = True,
 ) -> tuple[Path, dict]:
     """Create ``RUNS/<run_id>/``, train, close telemetry; returns (run_dir, summary)."""
-    from core.train.session import Session
+    from core.loops.session import Session
 
     if telemetry != "none":
         check_telemetry(telemetry)  # a typo or a missing mirror package: before the run dir
@@ -104,18 +104,18 @@ def training_loop(cfg: RunConfig):
     """The run function ``algorithm.name`` selects: ``(session, *, steps, progress) -> summary``."""
     name = cfg.algorithm.name
     if name == "sao":
-        from core.train.sao import run_sao
+        from core.loops.sao import run_sao
 
         return run_sao
     if name == "compaction":
-        from core.train.compaction_rl import run_compaction
+        from core.loops.compaction_rl import run_compaction
 
         return run_compaction
     if cfg.rollout.mode == "async":
-        from core.train.async_grpo import run_async
+        from core.loops.async_grpo import run_async
 
         return run_async
-    from core.train.grpo import run_grpo
+    from core.loops.grpo import run_grpo
 
     return run_grpo
 
@@ -216,10 +216,10 @@ def train_from_args(args) -> int:
 
 
 def pretrain_from_args(args) -> int:
-    from core.train.pretrain import pretrain
+    from core.pretrain.arithmetic import pretrain
 
     if getattr(args, "env", "arithmetic") == "longhorizon":
-        from core.train.pretrain_longhorizon import LONGHORIZON_MODEL, pretrain_longhorizon
+        from core.pretrain.longhorizon import LONGHORIZON_MODEL, pretrain_longhorizon
 
         pretrain_longhorizon(
             args.out or LONGHORIZON_MODEL,
@@ -229,7 +229,7 @@ def pretrain_from_args(args) -> int:
         return 0
     cfg = load_config(None)
     if getattr(args, "env", "arithmetic") == "tool":
-        from core.train.pretrain_tool import TOOL_MODEL, pretrain_tool
+        from core.pretrain.tool import TOOL_MODEL, pretrain_tool
 
         pretrain_tool(
             args.out or TOOL_MODEL,

@@ -6,7 +6,7 @@ template and does 2-digit column arithmetic) and imitates multi-turn demonstrati
 and prompts carry no loss). The teacher always calls the calculator for the inner operation; for
 the outer one it calls it again in ``1 − TOOL_TEACHER_ERROR_RATE`` of the demonstrations and
 otherwise answers from memory with the no-carry/no-borrow column bug
-(``core.tasks.arithmetic.flawed_answer``). The student learns both habits; greedy decoding follows
+(``core.pretrain.corpus.flawed_answer``). The student learns both habits; greedy decoding follows
 the majority (answering from memory), which is right only where the outer operation needs no
 carry or borrow, while sampling still calls the tool ~30% of the time: a verifier reward turns that
 into accuracy. One CPU thread (the checkpoint's bytes do not depend on the core count).
@@ -27,13 +27,13 @@ from core.envs.tool_protocol import (
     encode_turn,
     render_call,
 )
+from core.loops.evaluate import greedy_accuracy
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
-from core.tasks.arithmetic import flawed_answer
+from core.pretrain.corpus import flawed_answer
+from core.pretrain.sft import Demo, one_thread, rollout_engine, sft, write_checkpoint
 from core.tokenizer.chat_template import encode_prompt
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.evaluate import greedy_accuracy
-from core.train.sft import Demo, one_thread, rollout_engine, sft, write_checkpoint
 
 TOOL_TEACHER_ERROR_RATE = 0.6
 """Fraction of demonstrations whose outer operation is answered from memory (with the bug)."""

@@ -12,7 +12,7 @@
     between two decode steps and reports it (switch, ack); optionally reset the optimizer
 
 Reuses the sync loop's pieces (``score``, ``grpo_token_advantages``, ``trust``, ``policy_term``,
-``optimizer_step``, ``record_step``); adds the ``turns`` table and per-worker sync rows (``core.train.agent_records``).
+``optimizer_step``, ``record_step``); adds the ``turns`` table and per-worker sync rows (``core.telemetry.agent``).
 Simplifications: dense models only (no DSA/MoE records on the workers); the eval engine of the
 session doubles as the sync's first receiver and the probe.
 """
@@ -26,19 +26,18 @@ import time
 import torch
 
 from core.algorithms.advantage import grpo_token_advantages
+from core.loops.evaluate import evaluate
+from core.loops.grpo import _skip_reason, policy_term, record_step, score, trust
+from core.loops.loop import run_steps
+from core.loops.session import Session
+from core.loops.update import optimizer_step, step_metrics
+from core.memory.replicas import ReplicaMemory
 from core.rollout.executor import start_workers
 from core.rollout.group_batch import groups_to_batch
 from core.rollout.orchestrator import Orchestrator
 from core.rollout.worker import WorkerSpec
 from core.sync.weight_sync import payload_checksum
-from core.train.agent_records import sync_rows, turn_rows
-from core.train.evaluate import evaluate
-from core.train.grpo import _skip_reason, policy_term, record_step, score, trust
-from core.train.loop import run_steps
-from core.train.metrics import step_metrics
-from core.train.replica_memory import ReplicaMemory
-from core.train.session import Session
-from core.train.update import optimizer_step
+from core.telemetry.agent import sync_rows, turn_rows
 
 
 class AsyncRollout:
@@ -249,7 +248,7 @@ def run_async(s: Session, *, steps: int, progress=None) -> dict:
 
 
 def run_with_workers(s: Session, step_fn, *, steps: int, progress=None) -> dict:
-    """``core.train.loop.run_steps`` over ``step_fn(session, async_rollout, step)``: the workers
+    """``core.loops.loop.run_steps`` over ``step_fn(session, async_rollout, step)``: the workers
     start after the first evaluation and stop before the last."""
     first = evaluate(s, 0)
     ar = AsyncRollout(s)

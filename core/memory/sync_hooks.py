@@ -1,6 +1,6 @@
 """The weight sync's buffers in the memory ledger: what a sync gathers, stages and installs.
 
-A mixin of ``core.train.memory_hooks.TrainingMemory`` (which owns ``self.ledger``); the weight sync
+A mixin of ``core.memory.hooks.TrainingMemory`` (which owns ``self.ledger``); the weight sync
 calls these hooks in its phase order: :meth:`sync_gathered`, :meth:`sync_buffers` (per stage),
 :meth:`weights_switched`, :meth:`sync_done`. Buffers the engine installs as they are move to the
 engine's weights at the switch instead of being counted twice.

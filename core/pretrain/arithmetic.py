@@ -4,7 +4,7 @@ Trains the megatron actor with next-token cross-entropy on response tokens (EOS 
 base model must stay imperfect (greedy held-out accuracy between 20% and 80%) so RL has room,
 and the imperfection must be one RL can fix: the demonstrations come from a flawed teacher
 that drops carries and borrows in ``TEACHER_ERROR_RATE`` of its answers
-(``core.tasks.arithmetic.flawed_answer``). The model learns both the correct and the flawed
+(``core.pretrain.corpus.flawed_answer``). The model learns both the correct and the flawed
 column algorithm; greedy decoding follows the majority (flawed) one on the ~41% of 2-digit
 problems that need a carry or borrow, while sampling still finds the correct one ~30% of the
 time there — the exploration signal a verifier reward turns into accuracy. (Stopping a clean
@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 
 from core.envs.arithmetic import ArithmeticSource
+from core.loops.evaluate import greedy_accuracy
 from core.model.actor import Actor
 from core.model.config import ModelConfig
-from core.tasks.arithmetic import ArithmeticConfig, sft_corpus
+from core.pretrain.corpus import sft_corpus
+from core.pretrain.sft import Demo, one_thread, rollout_engine, sft, write_checkpoint
+from core.tasks.arithmetic import ArithmeticConfig
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV, encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.evaluate import greedy_accuracy
-from core.train.sft import Demo, one_thread, rollout_engine, sft, write_checkpoint
 
 TEACHER_ERROR_RATE = 0.7
 """Fraction of SFT demonstrations written by the flawed (no carry / no borrow) teacher."""
@@ -45,7 +46,7 @@ def pretrain(
     teacher_error_rate: float = TEACHER_ERROR_RATE,
     log=print,
 ) -> dict:
-    """Run SFT (``core.train.sft``, one CPU thread) and write the checkpoint; returns a summary
+    """Run SFT (``core.pretrain.sft``, one CPU thread) and write the checkpoint; returns a summary
     with the greedy accuracy."""
     with one_thread():
         t0 = time.time()

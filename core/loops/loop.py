@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from core.train.evaluate import evaluate
+from core.loops.evaluate import evaluate
 
 
 def run_steps(

@@ -1,7 +1,7 @@
 """Everything a training run holds: models (actor + optimizer, teachers, …), rollout engine,
 environments, reward mixer, weight sync, memory ledger, telemetry.
 
-Built once from a ``RunConfig``; the loop functions in ``core.train.grpo`` take it as their only
+Built once from a ``RunConfig``; the loop functions in ``core.loops.grpo`` take it as their only
 state. The policy version starts at 0 (the base model) and increments per optimizer step.
 """
 
@@ -15,6 +15,9 @@ from pathlib import Path
 import torch
 
 from core.envs.registry import chat_template_rev, make_env_source
+from core.loops.critic import build_critic
+from core.loops.update import Models, TrainableModel, adamw
+from core.memory.hooks import TrainingMemory
 from core.model.actor import Actor
 from core.model.dsa_engines import actor_dsa_factory, engine_dsa
 from core.model.dsa_warmup import warmup_indexers
@@ -28,12 +31,9 @@ from core.sync.weight_sync import WeightSync
 from core.tasks.arithmetic import make_prompts
 from core.teachers.provenance import route_provenance
 from core.teachers.routing import load_teachers
+from core.telemetry.rows import RunConstants
 from core.tokenizer.chat_template import encode_prompt, encode_response
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.critic import build_critic
-from core.train.memory_hooks import TrainingMemory
-from core.train.models import Models, TrainableModel, adamw
-from core.train.records import RunConstants
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE_PRECISION = {"fp32": "fp32", "bf16": "bf16", "w4a16": "bf16", "w8a16": "bf16", "fp8": "bf16"}
@@ -108,7 +108,7 @@ class Session:
         self.actor.load_weights(sparse_from_dense(weights, self.actor, seed=cfg.train.seed))
         self.dsa_warmup_kl = self._dsa_warmup(cfg.train.dsa_warmup_steps, cfg.train.dsa_warmup_lr)
         critic = None
-        if cfg.algorithm.uses_critic:  # a value model from the same base (core.train.critic)
+        if cfg.algorithm.uses_critic:  # a value model from the same base (core.loops.critic)
             critic = build_critic(
                 self.model_cfg, weights, cfg.critic, cfg.optim, seed=cfg.train.seed
             )
@@ -219,5 +219,5 @@ class Session:
         return self.models.actor.optimizer
 
     def peak_memory(self, step: int) -> int | None:
-        """Tracked bytes at ``step``'s memory peak (the ledger, ``core.train.memory_hooks``)."""
+        """Tracked bytes at ``step``'s memory peak (the ledger, ``core.memory.hooks``)."""
         return self.memory.peak_bytes(step)

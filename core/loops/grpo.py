@@ -5,13 +5,13 @@
     R           = Σ w_k R_k − Σ λ_j P_j                      # mixed reward (core.rewards.mix)
     train_lp    = actor.logprob(traj.exact_ids)              # never re-tokenized
     teacher_lp  = teacher[domain].prefill_and_score(ids)     # routed teachers (core.teachers)
-    Â           = grpo(R) | w·sg(teacher_lp − train_lp) | both   (core.train.objective)
+    Â           = grpo(R) | w·sg(teacher_lp − train_lp) | both   (core.loops.update)
     trust       = icepop | dis (train_lp, rollout_lp)         # 1/β ≤ exp(Δ) ≤ β
     loss        = Σ terms: clipped policy loss [+ w·Top-k reverse KL] over trusted tokens
     optimizer.step(); version += 1 — unless nothing is trusted (then no step, recorded as skipped)
     every K versions: weight_sync(actor → rollout), probe
 
-Telemetry rows are built in one place (``core.train.records``) from the step's trajectories.
+Telemetry rows are built in one place (``core.telemetry.rows``) from the step's trajectories.
 """
 
 from __future__ import annotations
@@ -22,17 +22,22 @@ import torch
 
 from core.algorithms.policy_loss import policy_loss
 from core.algorithms.trust import REASON, trust_mask
+from core.loops.loop import run_steps
+from core.loops.score import actor_forward, old_logp_pass, trainer_inputs
+from core.loops.session import Session
+from core.loops.update import (
+    distill_term,
+    optimizer_step,
+    policy_trains,
+    step_advantages,
+    step_metrics,
+    teacher_metrics,
+)
 from core.rollout.collect import collect
 from core.rollout.trajectories import Trajectories
 from core.teachers.score import TeacherBatch, score_with_teachers
-from core.train.loop import run_steps
-from core.train.metrics import step_metrics, teacher_metrics
-from core.train.objective import distill_term, policy_trains, step_advantages
-from core.train.records import step_records
-from core.train.score import actor_forward, old_logp_pass, trainer_inputs
-from core.train.session import Session
-from core.train.sparse_capture import capture_sparse
-from core.train.update import optimizer_step
+from core.telemetry.rows import step_records
+from core.telemetry.sparse import capture_sparse
 
 
 def collect_step(s: Session, step: int) -> Trajectories:
@@ -59,7 +64,7 @@ def collect_step(s: Session, step: int) -> Trajectories:
 def train_step(s: Session, step: int) -> dict:
     cfg, alg = s.cfg, s.cfg.algorithm
     t0 = time.perf_counter()
-    s.memory.begin_step(step)  # memory ledger (core.train.memory_hooks): the step's peak window
+    s.memory.begin_step(step)  # memory ledger (core.memory.hooks): the step's peak window
     traj = collect_step(s, step)  # rollout: exact ids, rollout log-probs, versions
     t_rollout = time.perf_counter() - t0
     v_train = s.version

@@ -6,10 +6,10 @@
     Â_{s,i}          = (γλ)^{N_{>s}} · Â_loc               # N_{>s}: trainable tokens after segment s
     L_π              = −1/|M| Σ_{(s,i)∈M} min(ρÂ, clip(ρ)Â)  # M: all trainable tokens, all segments
 
-The update is ``core.train.critic_step`` (``compaction.cross_segment_discount`` switches the
+The update is ``core.loops.critic_step`` (``compaction.cross_segment_discount`` switches the
 discount, ``algorithm.loss_agg_mode`` the normalisation: ``global-token`` over M, or
 ``seq-mean-token-mean`` — the mean of segment means — for the ablation). One ``compactions`` row
-per summary. Held-out success always compacts (``core.train.evaluate_compaction``).
+per summary. Held-out success always compacts (``core.loops.evaluate``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import time
 
 import numpy as np
 
+from core.loops.critic_step import critic_rl_step
+from core.loops.evaluate import evaluate_compaction
+from core.loops.loop import run_steps
+from core.loops.session import Session
 from core.rollout.compaction import CompactionEvent, collect_compacted
-from core.train.critic_step import critic_rl_step
-from core.train.evaluate_compaction import evaluate_compaction
-from core.train.loop import run_steps
-from core.train.session import Session
 
 
 def compaction_step(s: Session, step: int) -> dict:

@@ -1,4 +1,4 @@
-"""Telemetry rows the async agentic loop adds to ``core.train.records``: the ``turns`` table and
+"""Telemetry rows the async agentic loop adds to ``core.telemetry.rows``: the ``turns`` table and
 the per-worker rows of a phased weight sync (``weight_syncs``: send, switch, ack per worker).
 
 A turn row carries two prefix hashes: ``context_hash`` of the ids the engine received and

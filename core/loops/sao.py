@@ -7,10 +7,10 @@
     ratio      = exp(actor.logprob(ids) − rollout_logp); mask = DIS
     policy_loss(mask, ratio, Â).backward(); actor_optimizer.step()
 
-The update is ``core.train.critic_step``. Consumption: with ``rollout.mode = "async"`` the
+The update is ``core.loops.critic_step``. Consumption: with ``rollout.mode = "async"`` the
 orchestrator's workers run single-trajectory sessions and the trainer takes the first
 ``prompts_per_step`` that finish (complete-and-consume; nothing waits for a group); weights go to
-the workers after each sync, as in ``core.train.async_grpo``. With ``rollout.mode = "sync"`` each
+the workers after each sync, as in ``core.loops.async_grpo``. With ``rollout.mode = "sync"`` each
 step collects ``prompts_per_step`` single trajectories through the sync collector.
 """
 
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import time
 
+from core.loops.async_grpo import AsyncRollout, run_with_workers
+from core.loops.critic_step import critic_rl_step, critic_update
+from core.loops.grpo import collect_step, record_step
+from core.loops.loop import run_steps
+from core.loops.session import Session
 from core.rollout.group_batch import groups_to_batch
-from core.train.agent_records import sync_rows, turn_rows
-from core.train.async_grpo import AsyncRollout, run_with_workers
-from core.train.critic_step import critic_rl_step, critic_update
-from core.train.grpo import collect_step, record_step
-from core.train.loop import run_steps
-from core.train.session import Session
+from core.telemetry.agent import sync_rows, turn_rows
 
 
 def sao_step(s: Session, step: int) -> dict:

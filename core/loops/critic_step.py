@@ -8,8 +8,8 @@
     loss         = policy_loss(ρ, Â) over trusted tokens / |M|     # M: trainable tokens in the loss
     actor_opt.step(); version += 1 (none when nothing is trusted); sync every K versions
 
-Reuses the sync loop's scoring, trust, update and records (``core.train.grpo``,
-``core.train.update``, ``core.train.records``); adds the critic's columns and the compaction
+Reuses the sync loop's scoring, trust, update and records (``core.loops.grpo``,
+``core.loops.update``, ``core.telemetry.rows``); adds the critic's columns and the compaction
 events. The loss denominator |M| counts the trainable tokens (actions and summaries) of every
 sample and segment in the loss, before trust masking (``global-token``); with
 ``seq-mean-token-mean`` each row (segment) is averaged first — CompactionRL's ablation.
@@ -23,12 +23,11 @@ from dataclasses import dataclass
 
 import torch
 
+from core.loops.critic import critic_updates, gae_targets
+from core.loops.grpo import _skip_reason, policy_term, record_step, score, trust
+from core.loops.session import Session
+from core.loops.update import optimizer_step, step_metrics
 from core.rollout.trajectories import Trajectories
-from core.train.critic import critic_updates, gae_targets
-from core.train.grpo import _skip_reason, policy_term, record_step, score, trust
-from core.train.metrics import step_metrics
-from core.train.session import Session
-from core.train.update import optimizer_step
 
 LIVE = ("trained", "truncated")
 """Sample statuses still in the batch (environment failures and dropped groups already left)."""

@@ -18,15 +18,15 @@ from pathlib import Path
 import torch
 
 from core.envs.longhorizon import LongHorizonConfig, LongHorizonSource
-from core.envs.longhorizon_teacher import TeacherEngine
+from core.loops.evaluate import compaction_accuracy
 from core.model.actor import Actor
 from core.model.config import ModelConfig
+from core.pretrain.longhorizon_teacher import TeacherEngine
+from core.pretrain.sft import one_thread, rollout_engine, sft, write_checkpoint
 from core.rollout.compaction import CompactionConfig, collect_compacted, counter_ids
 from core.rollout.sampling import SamplingParams
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.evaluate_compaction import compaction_accuracy
-from core.train.sft import one_thread, rollout_engine, sft, write_checkpoint
 
 LONGHORIZON_MODEL = Path(__file__).resolve().parent.parent / "assets" / "longhorizon_model"
 FLAW_RATE = 0.6
@@ -76,7 +76,7 @@ def pretrain_longhorizon(
     eval_size: int = 256,
     log=print,
 ) -> dict:
-    """SFT (``core.train.sft``, one CPU thread) and write the checkpoint; returns its metadata
+    """SFT (``core.pretrain.sft``, one CPU thread) and write the checkpoint; returns its metadata
     (greedy held-out success included)."""
     with one_thread():
         return _pretrain(

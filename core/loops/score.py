@@ -16,8 +16,8 @@ import torch
 
 from core.algorithms.logprobs import token_logprobs
 from core.rollout.trajectories import Trajectories
+from core.telemetry.sparse import routing_replay
 from core.tokenizer.tokenizer import Tokenizer
-from core.train.sparse_capture import routing_replay
 
 
 @dataclass

@@ -21,9 +21,8 @@ import torch
 from core.algorithms.gae import outcome_rewards, skip_observation_gae
 from core.algorithms.segments import cross_segment_discount, trajectory_key
 from core.algorithms.value_loss import explained_variance, value_loss
+from core.loops.update import TrainableModel, UpdateResult, optimizer_step
 from core.rollout.trajectories import Trajectories
-from core.train.models import TrainableModel
-from core.train.update import UpdateResult, optimizer_step
 
 if TYPE_CHECKING:  # the model module imports megatron; the config must stay light to import
     from core.model.critic import Critic

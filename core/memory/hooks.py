@@ -1,7 +1,7 @@
 """The training loop's memory-ledger glue: what each loop point creates, hands over and frees.
 
 One :class:`TrainingMemory` per session owns the :class:`MemoryLedger` (on the actor's device) and
-is called at fixed points of ``core.train.grpo``, by the rollout engine (each KV-cache allocation)
+is called at fixed points of ``core.loops.grpo``, by the rollout engine (each KV-cache allocation)
 and by the weight sync (its buffers and the weight switch); categories and owners are listed in
 ``core.memory.categories``. Simplifications: payload, record and cache bytes are *distinct storage*
 bytes (views count once); a KV cache is freed when its tensors die (``weakref.finalize``); the
@@ -24,7 +24,7 @@ from core.memory.footprint import Key, distinct_bytes, iter_leaves, leaf_key
 from core.memory.ledger import MemoryLedger, tensor_layout
 from core.memory.model_state import free_gradients, track_model_state
 from core.memory.peak import Peak
-from core.train.sync_memory import WeightSyncMemory
+from core.memory.sync_hooks import WeightSyncMemory
 
 
 class TrainingMemory(WeightSyncMemory):
