@@ -50,7 +50,7 @@ def run_mode(key: str, args) -> dict:
     from core.loops.evaluate import greedy_accuracy
     from core.loops.grpo import train_step
     from core.loops.session import Session
-    from core.quant.sync_quantizer import quantized_names
+    from core.quant.wiring import quantized_names
     from observability.telemetry import NullTelemetry
 
     label, overrides = MODES[key]

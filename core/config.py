@@ -29,7 +29,7 @@ from core.envs.tool import ToolConfig
 from core.loops.config import OptimConfig, TrainConfig
 from core.loops.critic import CriticConfig
 from core.model.config import ModelConfig
-from core.quant.config import QuantConfig
+from core.quant.presets import QuantConfig
 from core.rewards.config import RewardConfig
 from core.rollout.compaction import CompactionConfig
 from core.rollout.config import RolloutConfig

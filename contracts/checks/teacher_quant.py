@@ -29,9 +29,9 @@ SPEC_COLUMNS = (
     "rounding",
     "packing",
 )
-"""Quantizer spec columns that must agree (mirrors ``core.quant.qparams.SPEC_COLUMNS``)."""
+"""Quantizer spec columns that must agree (mirrors ``core.quant.wiring.SPEC_COLUMNS``)."""
 HASH_COLUMNS = ("scale_hash", "code_hash", "zero_hash")
-"""Tensor hashes that must agree (mirrors ``core.quant.qparams.HASH_COLUMNS``)."""
+"""Tensor hashes that must agree (mirrors ``core.quant.wiring.HASH_COLUMNS``)."""
 REQUIRED_PRODUCERS = ("qat_fake", "offline_real")
 
 

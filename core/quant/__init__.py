@@ -1,19 +1,30 @@
 """Weight quantization: one spec, one quantizer, shared by QAT, weight sync and rollout.
 
-The megatron QAT linears live in ``core.quant.qat_linear`` (not re-exported: it imports megatron).
-Training-core integration (not re-exported): ``config`` (``[quant]``), ``qat_actor`` (QAT modules
-in the actor), ``sync_quantizer`` (weight-sync quantize phase), ``experts`` (packed MoE experts),
-``telemetry`` (qparams rows per producer) and ``wiring`` (the session's hooks).
+Five modules: ``quantizer`` (``QuantSpec``, ``quantize`` / ``dequantize``, ``fake_quant``),
+``presets`` (named specs and the ``[quant]`` section), ``storage`` (int4 packing, compressed-tensors
+entries, the rollout's packed linear and expert weights), ``qat`` (the megatron QAT linears and the
+actor's QAT modules; imports megatron) and ``wiring`` (the session's hooks: the weight sync's
+quantize phase and the ``qparams`` rows of each producer; imports megatron, so not re-exported).
 """
 
-from core.quant.fake_quant import fake_quant
-from core.quant.linear import QuantizedLinearWeight
-from core.quant.packing import pack_int4, unpack_int4
 from core.quant.presets import PRESETS, get_preset
-from core.quant.qparams import qparams_mismatch, qparams_row, tensor_hash
-from core.quant.quantizer import QuantizedTensor, dequantize, quant_error, quantize
-from core.quant.serialization import from_compressed, load_quantized, save_quantized, to_compressed
-from core.quant.spec import QuantSpec
+from core.quant.quantizer import (
+    QuantizedTensor,
+    QuantSpec,
+    dequantize,
+    fake_quant,
+    quant_error,
+    quantize,
+)
+from core.quant.storage import (
+    QuantizedLinearWeight,
+    from_compressed,
+    load_quantized,
+    pack_int4,
+    save_quantized,
+    to_compressed,
+    unpack_int4,
+)
 
 __all__ = [
     "PRESETS",
@@ -26,12 +37,9 @@ __all__ = [
     "get_preset",
     "load_quantized",
     "pack_int4",
-    "qparams_mismatch",
-    "qparams_row",
     "quant_error",
     "quantize",
     "save_quantized",
-    "tensor_hash",
     "to_compressed",
     "unpack_int4",
 ]

@@ -1,4 +1,6 @@
-"""Named QuantSpec presets and the registry that selects one by name (``get_preset``).
+"""Named quantizer presets, and the QAT settings (the [quant] section) that pick one.
+
+Named QuantSpec presets and the registry that selects one by name (``get_preset``).
 
 Choices (all computed in float32, see ``core.quant.quantizer``):
 - ``int4-g32-sym``: the INT4 QAT seed. Per group of 32 along K, scale = amax / 7, codes in
@@ -21,11 +23,18 @@ Choices (all computed in float32, see ``core.quant.quantizer``):
 - ``int8-channel``: W8A16, per output channel, codes [-127, 127], scale = amax / 127, fp32 scales.
 - ``fp8-e4m3-channel``: per output channel, scale = amax / 448, codes = float8_e4m3fn(x / scale)
   (round to nearest even), fp32 scales, dequantized to bf16 for the matmul.
+
+Quantization-aware training settings (the ``[quant]`` config section).
+
+The rollout side (``rollout.precision``, ``rollout.quant_preset``) lives in ``[rollout]``; this
+section only says whether and how the actor fake-quantizes its weights during training.
 """
 
 from __future__ import annotations
 
-from core.quant.spec import QuantSpec
+from dataclasses import dataclass
+
+from core.quant.quantizer import QuantSpec
 
 PRESETS: dict[str, QuantSpec] = {
     "int4-g32-sym": QuantSpec(name="int4-g32-sym", bits=4, qmin=-7, qmax=7, group_size=32),
@@ -80,3 +89,54 @@ def get_preset(name: str) -> QuantSpec:
         raise ValueError(
             f"unknown quantization preset {name!r}; valid presets: {', '.join(sorted(PRESETS))}"
         ) from None
+
+
+QAT_SCOPES = ("all_linears", "experts_only")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    qat: bool = False
+    """Fake-quantize the actor's weights in the forward pass (STE backward; fp32 masters)."""
+    qat_preset: str = "int4-g32-sym"
+    """QuantSpec preset of the fake quantizer (see ``core.quant.presets``); must equal the
+    rollout's preset for the QAT and offline codes to be bit-identical."""
+    qat_scope: str = "all_linears"
+    """``all_linears`` (attention qkv/proj, dense fc1/fc2, MoE experts) or ``experts_only`` (MoE
+    expert weights only). Embeddings, output head and MoE routers are never quantized."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.qat, bool):
+            raise ValueError(f"quant.qat={self.qat!r} must be true or false")
+        if self.qat_preset not in PRESETS:
+            raise ValueError(f"quant.qat_preset={self.qat_preset!r} not in {sorted(PRESETS)}")
+        if self.qat_scope not in QAT_SCOPES:
+            raise ValueError(f"quant.qat_scope={self.qat_scope!r} not in {list(QAT_SCOPES)}")
+
+
+FIXED_PRESETS = {"w8a16": "int8-channel", "fp8": "fp8-e4m3-channel"}
+"""Quantized rollout precisions whose preset is fixed (``w4a16`` takes ``rollout.quant_preset``)."""
+
+
+def rollout_spec(precision: str, quant_preset: str) -> QuantSpec | None:
+    """The spec of a quantized rollout precision, or None for ``fp32``/``bf16``.
+
+    Raises ``ValueError`` for an unknown precision or a non-int4 preset with ``w4a16``.
+    """
+    if precision in ("fp32", "bf16"):
+        return None
+    if precision in FIXED_PRESETS:
+        return get_preset(FIXED_PRESETS[precision])
+    if precision != "w4a16":
+        raise ValueError(
+            f"rollout.precision={precision!r} not in ['fp32', 'bf16', 'w4a16', *{list(FIXED_PRESETS)}]"
+        )
+    if quant_preset not in PRESETS:
+        raise ValueError(f"rollout.quant_preset={quant_preset!r} not in {sorted(PRESETS)}")
+    spec = PRESETS[quant_preset]
+    if spec.is_fp8 or spec.bits != 4:
+        raise ValueError(
+            f"rollout.quant_preset={quant_preset!r} is {spec.bits}-bit {spec.format}; "
+            "w4a16 needs an int4 preset (e.g. int4-g32-sym)"
+        )
+    return spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.model.dsa_select import check_topk_kernel
-from core.quant.sync_quantizer import rollout_spec
+from core.quant.presets import rollout_spec
 from core.rollout.executor import EXECUTORS
 from core.rollout.kv_cache import KV_ON_SWITCH
 from core.rollout.orchestrator import HISTORY_MODES

@@ -13,15 +13,11 @@ from core.loops.grpo import train_step
 from core.loops.session import Session
 from core.model.actor import Actor
 from core.model.config import ModelConfig
-from core.quant.config import QuantConfig
-from core.quant.experts import QuantizedExpertWeights
-from core.quant.linear import QuantizedLinearWeight
-from core.quant.qat_linear import QATColumnParallelLinear, QATRowParallelLinear
-from core.quant.qparams import qparams_mismatch
+from core.quant.presets import QuantConfig
+from core.quant.qat import QATColumnParallelLinear, QATRowParallelLinear
 from core.quant.quantizer import quantize
-from core.quant.sync_quantizer import quantized_names
-from core.quant.telemetry import engine_row_map
-from core.quant.wiring import build_quant_wiring
+from core.quant.storage import QuantizedExpertWeights, QuantizedLinearWeight
+from core.quant.wiring import build_quant_wiring, engine_row_map, qparams_mismatch, quantized_names
 from core.rollout.engine import RolloutEngine
 from core.scenario import load_scenario, scenario_config
 from core.sync.weight_sync import WeightSync, payload_checksum

@@ -4,10 +4,9 @@ bit-identity with the QAT forward weight, and the stored-bytes budget."""
 import pytest
 import torch
 
-from core.quant.fake_quant import fake_quant
-from core.quant.linear import QuantizedLinearWeight
 from core.quant.presets import PRESETS, get_preset
-from core.quant.quantizer import quantize
+from core.quant.quantizer import fake_quant, quantize
+from core.quant.storage import QuantizedLinearWeight
 
 K = 256
 

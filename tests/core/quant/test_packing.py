@@ -4,10 +4,18 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from core.quant.packing import pack_int4, pack_int4_dim0, unpack_int4, unpack_int4_dim0
 from core.quant.presets import PRESETS, get_preset
 from core.quant.quantizer import quantize
-from core.quant.serialization import from_compressed, load_quantized, save_quantized, to_compressed
+from core.quant.storage import (
+    from_compressed,
+    load_quantized,
+    pack_int4,
+    pack_int4_dim0,
+    save_quantized,
+    to_compressed,
+    unpack_int4,
+    unpack_int4_dim0,
+)
 
 
 def test_all_16_codes_golden_words():

@@ -12,7 +12,7 @@ from megatron.core.transformer.spec_utils import ModuleSpec, build_module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from core.quant.presets import get_preset
-from core.quant.qat_linear import QATColumnParallelLinear, QATRowParallelLinear, qat_layer_spec
+from core.quant.qat import QATColumnParallelLinear, QATRowParallelLinear, qat_layer_spec
 from core.quant.quantizer import dequantize, quantize
 
 

@@ -3,12 +3,10 @@
 import pytest
 import torch
 
-from core.quant.fake_quant import fake_quant
-from core.quant.linear import QuantizedLinearWeight
 from core.quant.presets import get_preset
-from core.quant.qparams import COLUMNS, qparams_mismatch, qparams_row, tensor_hash
-from core.quant.quantizer import dequantize, quant_error, quantize
-from core.quant.serialization import load_quantized, save_quantized
+from core.quant.quantizer import dequantize, fake_quant, quant_error, quantize
+from core.quant.storage import QuantizedLinearWeight, load_quantized, save_quantized
+from core.quant.wiring import COLUMNS, qparams_mismatch, qparams_row, tensor_hash
 
 
 def _tie_rich_weight():

@@ -6,9 +6,8 @@ import math
 import pytest
 import torch
 
-from core.quant.fake_quant import fake_quant
 from core.quant.presets import PRESETS, get_preset
-from core.quant.quantizer import dequantize, quant_error, quantize, round_half_away
+from core.quant.quantizer import dequantize, fake_quant, quant_error, quantize, round_half_away
 
 
 def _pad(values, k=32, fill=0.0):

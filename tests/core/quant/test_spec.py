@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.quant.presets import PRESETS, get_preset
-from core.quant.spec import QuantSpec
+from core.quant.quantizer import QuantSpec
 
 
 def test_presets_are_valid_and_named_after_their_key():

@@ -13,9 +13,8 @@ import pytest
 import torch
 from torchao.quantization.qat import IntxFakeQuantizeConfig, IntxFakeQuantizer
 
-from core.quant.fake_quant import fake_quant
 from core.quant.presets import get_preset
-from core.quant.quantizer import dequantize, quantize
+from core.quant.quantizer import dequantize, fake_quant, quantize
 
 SPEC = get_preset("int4-g32-torchao")
 

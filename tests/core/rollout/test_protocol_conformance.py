@@ -26,7 +26,7 @@ from core.model.checkpoint import load_checkpoint
 from core.model.hf_export import DEFAULT_CHECKPOINT
 from core.quant.presets import get_preset
 from core.quant.quantizer import dequantize
-from core.quant.sync_quantizer import SyncQuantizer
+from core.quant.wiring import SyncQuantizer
 from core.rollout.engine import RolloutEngine
 from core.rollout.protocol import RolloutEngineProtocol
 from core.rollout.sampling import SamplingParams
