@@ -26,7 +26,7 @@ MIB = 2**20
 
 def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
     """One GRPO step, trainer half on CUDA; returns (ledger peak, torch peak, the ledger's Peak)."""
-    from core.algorithms.advantage import grpo_token_advantages
+    from core.algorithms.policy import grpo_token_advantages
     from core.loops.grpo import collect_step, policy_term, trust
     from core.loops.score import actor_forward, trainer_inputs
     from core.loops.update import optimizer_step

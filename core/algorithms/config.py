@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.algorithms.aggregation import AGG_MODES
-from core.algorithms.policy_loss import POLICY_LOSSES
-from core.algorithms.trust import TRUST_RULES
+from core.algorithms.policy import AGG_MODES, POLICY_LOSSES, TRUST_RULES
 
 OLD_LOGP_SOURCES = ("recompute", "separate", "rollout")
 ALGORITHMS = ("grpo", "sao", "compaction")
@@ -15,11 +13,11 @@ skip-observation GAE (``core.loops.sao``); ``compaction``: CompactionRL, the cri
 compacted trajectories (``core.loops.compaction_rl``). The last two read ``[critic]``."""
 ADVANTAGES = ("grpo", "opd", "grpo+opd")
 """``grpo``: the group-normalized task advantage; ``opd``: the teacher log-ratio per token
-(``core.algorithms.opd``); ``grpo+opd``: their sum, the OPD part weighted by ``opd_weight``."""
+(``core.algorithms.distill``); ``grpo+opd``: their sum, the OPD part weighted by ``opd_weight``."""
 OPD_LOSSES = ("sampled", "topk")
 """How the teacher signal enters the loss: ``sampled`` — the log-ratio as a per-token advantage
 of the policy loss (the sampled-token reverse-KL gradient); ``topk`` — the Top-k reverse KL with
-the truncation correction as its own loss term (``core.algorithms.topk_kl``)."""
+the truncation correction as its own loss term (``core.algorithms.distill``)."""
 
 
 def run_label(name: str, advantage: str, n_teachers: int) -> str:
@@ -51,7 +49,7 @@ class AlgorithmConfig:
     adv_eps: float = 1e-6
     """ε in (R − mean)/(std + ε)."""
     loss_agg_mode: str = "token-mean"
-    """Token aggregation (see ``core.algorithms.aggregation``)."""
+    """Token aggregation (see ``core.algorithms.policy``)."""
     staleness_limit: int = 4
     """τ: samples with v_train − v_rollout > τ are dropped (status ``stale``)."""
     policy_loss: str = "clip"

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from core.algorithms.advantage import grpo_token_advantages
+from core.algorithms.policy import grpo_token_advantages
 from core.loops.evaluate import evaluate
 from core.loops.grpo import _skip_reason, policy_term, record_step, score, trust
 from core.loops.loop import run_steps

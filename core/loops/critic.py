@@ -18,9 +18,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from core.algorithms.gae import outcome_rewards, skip_observation_gae
-from core.algorithms.segments import cross_segment_discount, trajectory_key
-from core.algorithms.value_loss import explained_variance, value_loss
+from core.algorithms.value import (
+    cross_segment_discount,
+    explained_variance,
+    outcome_rewards,
+    skip_observation_gae,
+    trajectory_key,
+    value_loss,
+)
 from core.loops.update import TrainableModel, UpdateResult, optimizer_step
 from core.rollout.trajectories import Trajectories
 

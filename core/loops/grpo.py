@@ -20,8 +20,7 @@ import time
 
 import torch
 
-from core.algorithms.policy_loss import policy_loss
-from core.algorithms.trust import REASON, trust_mask
+from core.algorithms.policy import REASON, policy_loss, trust_mask
 from core.loops.loop import run_steps
 from core.loops.score import actor_forward, old_logp_pass, trainer_inputs
 from core.loops.session import Session

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.algorithms.logprobs import token_logprobs
+from core.algorithms.policy import token_logprobs
 from core.rollout.trajectories import Trajectories
 from core.telemetry.sparse import routing_replay
 from core.tokenizer.tokenizer import Tokenizer

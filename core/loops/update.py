@@ -41,10 +41,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.algorithms.advantage import grpo_token_advantages
-from core.algorithms.opd import combine_advantages, opd_token_advantages
-from core.algorithms.topk_kl import topk_reverse_kl
-from core.algorithms.trust import REASON, REASONS
+from core.algorithms.distill import combine_advantages, opd_token_advantages, topk_reverse_kl
+from core.algorithms.policy import REASON, REASONS, grpo_token_advantages
 from core.rollout.trajectories import Trajectories
 
 
@@ -272,7 +270,7 @@ def teacher_metrics(traj: Trajectories, teacher, *, opd) -> dict:
 
     Args:
         teacher: the step's ``TeacherBatch``; opd: (log-ratio [B, T], its metrics) of
-            ``core.algorithms.opd.opd_token_advantages``.
+            ``core.algorithms.distill.opd_token_advantages``.
     """
     scored = traj.token_aligned(teacher.scored, fill=False)  # [B, T]
     n = int(scored.sum())

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from core.algorithms.policy_loss import clipped_policy_loss
+from core.algorithms.policy import clipped_policy_loss
 from core.parallel.group import tp_group, tp_size
 from core.parallel.logprobs import vocab_parallel_logprobs
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import torch
 import xxhash
 
-from core.algorithms.logprobs import token_logprobs
+from core.algorithms.policy import token_logprobs
 from core.model.actor import Actor
 from core.rollout.engine import RolloutEngine
 from core.sync.convert import actor_to_rollout

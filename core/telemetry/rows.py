@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 import numpy as np
 import torch
 
-from core.algorithms.trust import REASON
+from core.algorithms.policy import REASON
 from core.rollout.trajectories import Trajectories
 from core.teachers.config import WILDCARD
 from core.teachers.engine import payload_bytes_per_position

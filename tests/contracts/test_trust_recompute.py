@@ -1,7 +1,7 @@
 """The SQL recomputation of the trust mask against the core's ``trust_mask`` (the reference).
 
 Synthetic runs through the real writer: log-probs with ratios on both sides of every bound,
-reasons from ``core.algorithms.trust.trust_mask`` for each declared rule; the check must agree
+reasons from ``core.algorithms.policy.trust_mask`` for each declared rule; the check must agree
 on every judged token, skip only tokens within the policy's tolerance of a bound, and flag a
 single flipped token.
 """
@@ -17,7 +17,7 @@ import torch
 from contracts.checks.action import trust_mask_recomputed
 from contracts.context import CheckContext
 from contracts.policy import Policy
-from core.algorithms.trust import REASONS, trust_mask
+from core.algorithms.policy import REASONS, trust_mask
 from observability import DuckDBTelemetry, TelemetryConfig, open_run
 from tests.contracts.store_edit import edit_rows
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from core.algorithms.advantage import grpo_advantages
+from core.algorithms.policy import grpo_advantages
 from tests.core.algorithms.reference import naive_advantages
 
 # fp32 tolerance used throughout: results are O(1); each value goes through a mean, a std and one

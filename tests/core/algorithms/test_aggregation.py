@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.algorithms.aggregation import AGG_MODES, aggregate
+from core.algorithms.policy import AGG_MODES, aggregate
 from tests.core.algorithms.reference import naive_aggregate
 
 VALUES = torch.tensor(

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from core.algorithms.gae import outcome_rewards, skip_observation_gae
+from core.algorithms.value import outcome_rewards, skip_observation_gae
 from tests.core.algorithms.gae_reference import per_action_gae, standard_gae
 
 G, L = 0.9, 0.8  # γ, λ; γλ = 0.72

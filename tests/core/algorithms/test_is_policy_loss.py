@@ -9,8 +9,7 @@ import math
 import pytest
 import torch
 
-from core.algorithms.aggregation import AGG_MODES
-from core.algorithms.policy_loss import clipped_policy_loss, is_policy_loss, policy_loss
+from core.algorithms.policy import AGG_MODES, clipped_policy_loss, is_policy_loss, policy_loss
 from tests.core.algorithms.reference import naive_aggregate
 
 # One token per sequence, old_logp = 0, logp = ln ρ. Per-token loss = −ρ·Â (no clip):

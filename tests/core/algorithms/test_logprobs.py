@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from core.algorithms.logprobs import token_logprobs
+from core.algorithms.policy import token_logprobs
 
 LN3 = math.log(3.0)
 

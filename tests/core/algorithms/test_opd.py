@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from core.algorithms.opd import combine_advantages, opd_token_advantages
+from core.algorithms.distill import combine_advantages, opd_token_advantages
 from tests.core.algorithms.reference import naive_opd
 
 TOL = {"rtol": 1e-6, "atol": 1e-7}

@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from core.algorithms.aggregation import AGG_MODES
-from core.algorithms.policy_loss import clipped_policy_loss
+from core.algorithms.policy import AGG_MODES, clipped_policy_loss
 from tests.core.algorithms.reference import naive_aggregate, naive_clipped_per_token
 
 EPS_L, EPS_H = 0.2, 0.28  # clip band [0.8, 1.28]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.algorithms.aggregation import aggregate
-from core.algorithms.policy_loss import policy_loss
-from core.algorithms.segments import (
+from core.algorithms.policy import aggregate, policy_loss
+from core.algorithms.value import (
     cross_segment_discount,
     later_trainable_tokens,
     trajectory_key,

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from core.algorithms.topk_kl import topk_reverse_kl
+from core.algorithms.distill import topk_reverse_kl
 from tests.core.algorithms.reference import naive_topk_kl_per_position
 
 

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from core.algorithms.trust import (
+from core.algorithms.policy import (
     DIS_HIGH,
     DIS_LOW,
     ICEPOP,

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from core.algorithms.value_loss import explained_variance, value_loss
+from core.algorithms.value import explained_variance, value_loss
 
 
 def test_golden_loss_and_gradient():

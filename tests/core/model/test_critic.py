@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.algorithms.gae import outcome_rewards
+from core.algorithms.value import outcome_rewards
 from core.loops.config import OptimConfig
 from core.loops.critic import CriticConfig, build_critic, critic_updates
 from core.loops.session import REPO_ROOT

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.algorithms.logprobs import token_logprobs
+from core.algorithms.policy import token_logprobs
 from core.model.actor import Actor
 from core.model.config import ModelConfig
 from core.parallel.logprobs import vocab_parallel_logprobs

@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.algorithms.logprobs import token_logprobs
-from core.algorithms.policy_loss import policy_loss
-from core.algorithms.trust import trust_mask
+from core.algorithms.policy import policy_loss, token_logprobs, trust_mask
 from core.rollout.collect import collect
 from core.rollout.trajectories import ROLE
 from tests.core.envs.scripted import ScriptedEnv

@@ -50,7 +50,7 @@ def test_bf16_rollout_mismatch_is_nonzero_and_reported():
 @pytest.mark.float_sensitive
 def test_rollout_logprobs_match_trainer_recompute(session):
     """The trainer's log-probs on the rollout's exact IDs equal what the rollout reported."""
-    from core.algorithms.logprobs import token_logprobs
+    from core.algorithms.policy import token_logprobs
 
     traj = rollout(session, 0)
     with torch.no_grad():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from contracts import run_gate
-from core.algorithms.policy_loss import policy_loss
+from core.algorithms.policy import policy_loss
 from core.config import load_config
 from core.loops.async_grpo import run_async
 from core.loops.score import actor_forward, trainer_inputs

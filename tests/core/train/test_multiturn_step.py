@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.algorithms.trust import REASON
+from core.algorithms.policy import REASON
 from core.config import load_config
 from core.loops.grpo import train_step
 from core.loops.session import Session
