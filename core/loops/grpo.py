@@ -34,7 +34,7 @@ from core.loops.update import (
 )
 from core.rollout.collect import collect
 from core.rollout.trajectories import Trajectories
-from core.teachers.score import TeacherBatch, score_with_teachers
+from core.teachers.routing import TeacherBatch, score_with_teachers
 from core.telemetry.rows import step_records
 from core.telemetry.sparse import capture_sparse
 

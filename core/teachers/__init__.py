@@ -2,6 +2,6 @@
 
 ``config`` (the ``[teachers]`` section: routes by domain, payload mode), ``compat`` (teacher /
 student compatibility, checked before training), ``engine`` (a teacher engine and its
-``prefill_and_score``), ``routing`` (hard routes by domain) and ``score`` (a step's trajectories
-scored by their routed teachers).
+``prefill_and_score``), and ``routing`` (hard routes by domain, and a step's trajectories scored by
+their routed teachers).
 """

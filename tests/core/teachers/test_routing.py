@@ -13,8 +13,7 @@ from core.rollout.engine import RolloutEngine
 from core.rollout.sampling import SamplingParams
 from core.sync.convert import actor_to_rollout
 from core.tasks.arithmetic import ArithmeticConfig
-from core.teachers.routing import load_teachers, route
-from core.teachers.score import score_with_teachers
+from core.teachers.routing import load_teachers, route, score_with_teachers
 from core.tokenizer.chat_template import CHAT_TEMPLATE_REV
 from core.tokenizer.tokenizer import Tokenizer
 from tests.teacher_artifacts import BASE
