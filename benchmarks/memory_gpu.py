@@ -28,8 +28,7 @@ def trainer_step_on_cuda(s, mem, step: int, dev) -> tuple[int, int, object]:
     """One GRPO step, trainer half on CUDA; returns (ledger peak, torch peak, the ledger's Peak)."""
     from core.algorithms.policy import grpo_token_advantages
     from core.loops.grpo import collect_step, policy_term, trust
-    from core.loops.score import actor_forward, trainer_inputs
-    from core.loops.update import optimizer_step
+    from core.loops.step import actor_forward, optimizer_step, trainer_inputs
 
     cfg, alg = s.cfg, s.cfg.algorithm
     mem.begin_step(step)

@@ -2,7 +2,7 @@
 
 mismatch = |train_logp - rollout_logp| over action tokens where both are finite (mean and p99,
 linear interpolation as ``torch.quantile``); masked fraction = 1 - trusted / action tokens, where
-trusted = in the loss and kept by the trust mask (so, as in ``core/loops/update.py``, every
+trusted = in the loss and kept by the trust mask (so, as in ``core/loops/step.py``, every
 reason a token left the loss counts); retokenized fraction = action tokens whose trainer id differs from the
 rollout's (or is missing) over action tokens; entropy = mean over action tokens; rewards: mean and
 population std over samples; degenerate groups = groups whose rewards are all equal (needs

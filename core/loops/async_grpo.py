@@ -30,7 +30,7 @@ from core.loops.evaluate import evaluate
 from core.loops.grpo import _skip_reason, policy_term, record_step, score, trust
 from core.loops.loop import run_steps
 from core.loops.session import Session
-from core.loops.update import optimizer_step, step_metrics
+from core.loops.step import optimizer_step, step_metrics
 from core.memory.replicas import ReplicaMemory
 from core.rollout.executor import start_workers
 from core.rollout.group_batch import groups_to_batch

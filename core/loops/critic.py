@@ -26,7 +26,7 @@ from core.algorithms.value import (
     trajectory_key,
     value_loss,
 )
-from core.loops.update import TrainableModel, UpdateResult, optimizer_step
+from core.loops.step import TrainableModel, UpdateResult, optimizer_step
 from core.rollout.trajectories import Trajectories
 
 if TYPE_CHECKING:  # the model module imports megatron; the config must stay light to import

@@ -9,7 +9,7 @@
     actor_opt.step(); version += 1 (none when nothing is trusted); sync every K versions
 
 Reuses the sync loop's scoring, trust, update and records (``core.loops.grpo``,
-``core.loops.update``, ``core.telemetry.rows``); adds the critic's columns and the compaction
+``core.loops.step``, ``core.telemetry.rows``); adds the critic's columns and the compaction
 events. The loss denominator |M| counts the trainable tokens (actions and summaries) of every
 sample and segment in the loss, before trust masking (``global-token``); with
 ``seq-mean-token-mean`` each row (segment) is averaged first — CompactionRL's ablation.
@@ -26,7 +26,7 @@ import torch
 from core.loops.critic import critic_updates, gae_targets
 from core.loops.grpo import _skip_reason, policy_term, record_step, score, trust
 from core.loops.session import Session
-from core.loops.update import optimizer_step, step_metrics
+from core.loops.step import optimizer_step, step_metrics
 from core.rollout.trajectories import Trajectories
 
 LIVE = ("trained", "truncated")

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from core.rollout.collect import collect
 from core.rollout.compaction import CompactionConfig, collect_compacted, counter_ids
 from core.rollout.sampling import SamplingParams
+from core.rollout.trajectories import collect
 
 
 def greedy_accuracy(

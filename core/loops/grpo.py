@@ -5,7 +5,7 @@
     R           = Σ w_k R_k − Σ λ_j P_j                      # mixed reward (core.rewards.mix)
     train_lp    = actor.logprob(traj.exact_ids)              # never re-tokenized
     teacher_lp  = teacher[domain].prefill_and_score(ids)     # routed teachers (core.teachers)
-    Â           = grpo(R) | w·sg(teacher_lp − train_lp) | both   (core.loops.update)
+    Â           = grpo(R) | w·sg(teacher_lp − train_lp) | both   (core.loops.step)
     trust       = icepop | dis (train_lp, rollout_lp)         # 1/β ≤ exp(Δ) ≤ β
     loss        = Σ terms: clipped policy loss [+ w·Top-k reverse KL] over trusted tokens
     optimizer.step(); version += 1 — unless nothing is trusted (then no step, recorded as skipped)
@@ -22,18 +22,19 @@ import torch
 
 from core.algorithms.policy import REASON, policy_loss, trust_mask
 from core.loops.loop import run_steps
-from core.loops.score import actor_forward, old_logp_pass, trainer_inputs
 from core.loops.session import Session
-from core.loops.update import (
+from core.loops.step import (
+    actor_forward,
     distill_term,
+    old_logp_pass,
     optimizer_step,
     policy_trains,
     step_advantages,
     step_metrics,
     teacher_metrics,
+    trainer_inputs,
 )
-from core.rollout.collect import collect
-from core.rollout.trajectories import Trajectories
+from core.rollout.trajectories import Trajectories, collect
 from core.teachers.routing import TeacherBatch, score_with_teachers
 from core.telemetry.rows import step_records
 from core.telemetry.sparse import capture_sparse

@@ -16,7 +16,7 @@ import torch
 
 from core.envs.registry import chat_template_rev, make_env_source
 from core.loops.critic import build_critic
-from core.loops.update import Models, TrainableModel, adamw
+from core.loops.step import Models, TrainableModel, adamw
 from core.memory.hooks import TrainingMemory
 from core.model.actor import Actor
 from core.model.dsa_engines import actor_dsa_factory, engine_dsa

@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 import torch
 
 from core.envs.protocol import Environment
-from core.rollout.collect import assemble
 from core.rollout.episode import EpisodeRecord
 from core.rollout.sampling import SamplingParams
-from core.rollout.trajectories import Trajectories
+from core.rollout.trajectories import Trajectories, assemble
 from core.tokenizer.tokenizer import Tokenizer
 
 

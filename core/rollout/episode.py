@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.rollout.trajectories import ROLE
+from observability.enums import ROLES
+
+ROLE = {name: code for code, name in enumerate(ROLES)}
+"""Role name -> its code (the telemetry enum's index)."""
+TRAINABLE_ROLES = ("action", "summary")
+"""Roles the policy generated: the only ones that may carry loss."""
 
 GROUP_VERDICTS = ("ready", "refill", "drop")
 
@@ -54,8 +59,8 @@ GENERATED_ROLES = ("action", "summary")
 class EpisodeRecord:
     """An episode's growing record after its prompt, token by token as parallel lists: exact
     ids, roles, behaviour log-probs, the policy version that produced each generated token and
-    the oldest KV version it attended (-1 elsewhere), its turn. What ``core.rollout.collect``
-    runs and ``core.rollout.collect.assemble`` lays out."""
+    the oldest KV version it attended (-1 elsewhere), its turn. What ``collect``
+    runs and ``assemble`` lays out (both in ``core.rollout.trajectories``)."""
 
     env: object
     prompt: list[int]

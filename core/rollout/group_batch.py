@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from core.rollout.collect import assemble
 from core.rollout.episode import Episode, Group
-from core.rollout.trajectories import Trajectories
+from core.rollout.trajectories import Trajectories, assemble
 
 
 @dataclass

@@ -3,8 +3,8 @@ and a small model config."""
 
 from core.config import load_config
 from core.loops.grpo import collect_step
-from core.loops.score import trainer_inputs
 from core.loops.session import Session
+from core.loops.step import trainer_inputs
 from core.model.config import ModelConfig
 from observability.telemetry import NullTelemetry
 

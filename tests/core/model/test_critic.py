@@ -12,7 +12,8 @@ from core.loops.critic import CriticConfig, build_critic, critic_updates
 from core.loops.session import REPO_ROOT
 from core.model.checkpoint import load_checkpoint
 from core.model.critic import FINAL_NORM, Critic
-from core.rollout.trajectories import ROLE, Trajectories
+from core.rollout.episode import ROLE
+from core.rollout.trajectories import Trajectories
 
 
 @pytest.fixture(scope="module")

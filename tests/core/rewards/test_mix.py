@@ -13,8 +13,8 @@ from core.envs.protocol import StepResult
 from core.rewards.config import RewardConfig
 from core.rewards.mix import RewardMixer, judge_agreement, total_reward
 from core.rewards.rules import format_reward, length_penalty
-from core.rollout.collect import assemble
 from core.rollout.episode import EpisodeRecord
+from core.rollout.trajectories import assemble
 from core.tokenizer.tokenizer import Tokenizer
 
 NAN = math.nan

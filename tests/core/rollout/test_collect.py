@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from core.algorithms.policy import policy_loss, token_logprobs, trust_mask
-from core.rollout.collect import collect
-from core.rollout.trajectories import ROLE
+from core.rollout.episode import ROLE
+from core.rollout.trajectories import collect
 from tests.core.envs.scripted import ScriptedEnv
 from tests.core.rollouts import session
 

@@ -11,8 +11,8 @@ from core.envs.longhorizon import LongHorizonConfig, LongHorizonSource
 from core.model.config import ModelConfig
 from core.pretrain.longhorizon_teacher import TeacherEngine
 from core.rollout.compaction import CompactionConfig, collect_compacted, counter_ids
+from core.rollout.episode import ROLE
 from core.rollout.sampling import SamplingParams
-from core.rollout.trajectories import ROLE
 from core.tokenizer.tokenizer import Tokenizer
 
 TOK = Tokenizer.load()

@@ -8,9 +8,9 @@ import torch
 from core.config import ConfigError, load_config
 from core.envs.arithmetic import ArithmeticSource
 from core.model.checkpoint import load_checkpoint
-from core.rollout.collect import collect
 from core.rollout.engine import RolloutEngine
 from core.rollout.sampling import SamplingParams
+from core.rollout.trajectories import collect
 from core.sync.convert import actor_to_rollout
 from core.tasks.arithmetic import ArithmeticConfig
 from core.teachers.routing import load_teachers, route, score_with_teachers

@@ -9,8 +9,8 @@ from contracts import run_gate
 from core.algorithms.policy import policy_loss
 from core.config import load_config
 from core.loops.async_grpo import run_async
-from core.loops.score import actor_forward, trainer_inputs
 from core.loops.session import Session
+from core.loops.step import actor_forward, trainer_inputs
 from core.model.actor import Actor
 from core.model.checkpoint import load_checkpoint
 from core.rollout.group_batch import groups_to_batch

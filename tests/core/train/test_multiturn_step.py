@@ -9,7 +9,7 @@ from core.algorithms.policy import REASON
 from core.config import load_config
 from core.loops.grpo import train_step
 from core.loops.session import Session
-from core.rollout.trajectories import ROLE
+from core.rollout.episode import ROLE
 from tests.core.envs.scripted import ScriptedSource
 from tests.core.train.sinks import RecordingSink
 

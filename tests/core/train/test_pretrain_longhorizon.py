@@ -15,7 +15,7 @@ from core.pretrain.longhorizon import (
     pretrain_longhorizon,
 )
 from core.rollout.compaction import CompactionConfig
-from core.rollout.trajectories import ROLE
+from core.rollout.episode import ROLE
 from core.tokenizer.tokenizer import Tokenizer
 
 TOK = Tokenizer.load()

@@ -11,7 +11,7 @@ import torch
 from core.config import ConfigError, load_config
 from core.loops.sao import sao_step
 from core.loops.session import Session
-from core.rollout.trajectories import ROLE
+from core.rollout.episode import ROLE
 from tests.core.envs.scripted import ScriptedSource
 from tests.core.train.sinks import RecordingSink
 
