@@ -238,7 +238,7 @@ def pretrain_from_args(args) -> int:
         )
         return 0
     if args.retrain_tokenizer:
-        from core.tokenizer.train import build_tokenizer_asset
+        from core.pretrain.tokenizer import build_tokenizer_asset
 
         build_tokenizer_asset()
     out = args.out or str(Path(__file__).resolve().parent.parent / "assets" / "base_model")

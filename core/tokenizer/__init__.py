@@ -1,4 +1,7 @@
-"""Tokenizer, chat template and TITO checks (see the modules for details)."""
+"""Tokenizer, chat template and TITO checks (see the modules for details).
+
+The shipped tokenizer asset is built by a recipe beside the base models' (``core.pretrain.tokenizer``).
+"""
 
 from core.tokenizer.chat_template import (
     CHAT_TEMPLATE,
@@ -14,7 +17,6 @@ from core.tokenizer.tokenizer import (
     Tokenizer,
     default_tokenizer,
 )
-from core.tokenizer.train import build_tokenizer_asset, train_tokenizer
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -22,7 +24,6 @@ __all__ = [
     "DEFAULT_TOKENIZER_PATH",
     "SPECIAL_TOKENS",
     "Tokenizer",
-    "build_tokenizer_asset",
     "default_tokenizer",
     "encode_prompt",
     "encode_response",
@@ -30,5 +31,4 @@ __all__ = [
     "render_prompt",
     "retokenize",
     "tito_violations",
-    "train_tokenizer",
 ]

@@ -21,7 +21,7 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, USER, ASSISTANT)
 """Special tokens; token ``SPECIAL_TOKENS[i]`` has ID ``i``."""
 
 DEFAULT_TOKENIZER_PATH = Path(__file__).resolve().parent.parent / "assets" / "tokenizer.json"
-"""The shipped asset, built by ``core.tokenizer.train.build_tokenizer_asset``."""
+"""The shipped asset, built by ``core.pretrain.tokenizer.build_tokenizer_asset``."""
 
 
 class Tokenizer:

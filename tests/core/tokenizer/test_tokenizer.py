@@ -4,6 +4,7 @@ import hashlib
 
 import pytest
 
+from core.pretrain.tokenizer import DEFAULT_VOCAB_SIZE, TOKENIZER_SEED, train_tokenizer
 from core.tasks.arithmetic import ArithmeticConfig, eval_set, make_prompts
 from core.tokenizer.chat_template import (
     CHAT_TEMPLATE,
@@ -13,7 +14,6 @@ from core.tokenizer.chat_template import (
     render_prompt,
 )
 from core.tokenizer.tokenizer import DEFAULT_TOKENIZER_PATH, SPECIAL_TOKENS, Tokenizer
-from core.tokenizer.train import DEFAULT_VOCAB_SIZE, TOKENIZER_SEED, train_tokenizer
 
 
 @pytest.fixture(scope="module")
