@@ -71,5 +71,5 @@ def test_async_staleness_limit_below_the_sync_period_is_rejected():
     load_config(
         None, ['rollout.mode="async"', "rollout.sync_every=8", "algorithm.staleness_limit=7"]
     )
-    # the synchronous loop skips such steps (tests/core/train/test_stale_skip.py)
+    # the synchronous loop skips such steps (tests/core/loops/test_stale_skip.py)
     load_config(None, ["rollout.sync_every=2", "algorithm.staleness_limit=0"])

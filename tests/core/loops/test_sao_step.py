@@ -13,7 +13,7 @@ from core.loops.sao import sao_step
 from core.loops.session import Session
 from core.rollout.episode import ROLE
 from tests.core.envs.scripted import ScriptedSource
-from tests.core.train.sinks import RecordingSink
+from tests.core.loops.sinks import RecordingSink
 
 SAO = [
     'algorithm.name="sao"',

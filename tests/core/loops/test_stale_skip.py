@@ -9,7 +9,7 @@ import torch
 from core.config import load_config
 from core.loops.grpo import train_step
 from core.loops.session import Session
-from tests.core.train.sinks import RecordingSink
+from tests.core.loops.sinks import RecordingSink
 
 
 def _snapshot(s) -> tuple[dict, dict]:

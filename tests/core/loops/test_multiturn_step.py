@@ -11,7 +11,7 @@ from core.loops.grpo import train_step
 from core.loops.session import Session
 from core.rollout.episode import ROLE
 from tests.core.envs.scripted import ScriptedSource
-from tests.core.train.sinks import RecordingSink
+from tests.core.loops.sinks import RecordingSink
 
 
 def test_two_turn_step_records_observations_outside_the_loss():

@@ -8,7 +8,7 @@ import torch
 from core.model.dsa_select import index_hash
 from core.telemetry.sparse import route_rows, topk_rows
 from observability.records import build_table
-from tests.core.train.sparse_cases import hand_step
+from tests.core.telemetry.sparse_cases import hand_step
 
 IDS = torch.tensor([10, 11])
 KEEP = np.array([True, False])  # sample 10 keeps its lists, sample 11 only hashes / ties

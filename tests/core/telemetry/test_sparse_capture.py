@@ -8,7 +8,7 @@ import torch
 
 from core.telemetry.sparse import capture_sparse, routing_replay, stack_selections
 from tests.core.rollouts import rollout, session
-from tests.core.train.sparse_cases import hand_step, sel
+from tests.core.telemetry.sparse_cases import hand_step, sel
 
 
 def test_agreement_golden():
