@@ -1,19 +1,22 @@
-"""Telemetry sink benchmarks, measured side by side in one run (CPU clocks, one machine).
+"""Telemetry sink benchmarks, measured side by side in one run; each ratio on one clock.
 
 Section ``glm``: a GLM-sized step, 1,048,576 ``tokens`` rows (1,024 samples x 1,024 tokens, every
 column filled, log-probs null off the actions) handed to ``DuckDBTelemetry``, against a raw
-``pyarrow.parquet.write_table`` of the same rows with the same file settings. Goals: the training
-thread's time inside ``emit`` <= 0.1x raw write_table; the writer's ingest (emit .. close of
-``--steps`` steps) >= 0.8x raw throughput; each step readable by ``open_run`` within
-``flush_seconds`` + 1 s of ``step_end``. Section ``tiny``: the default tiny training config with
-``--telemetry duckdb``: telemetry CPU (the training thread inside the sink, the writer thread and
-the polars / Arrow pool threads that work for it) as a share of the process's CPU over the steps
-(goal <= 3%), and the live lag, from a step's ``step_end`` to the commit of the part holding its
-``steps`` row (goal <= flush_seconds + one step). Section ``live``: a synthetic run that
-flushes every step, through 2,000 flushes; while it keeps writing, each dashboard panel's queries
-after a ``refresh`` (goal: slowest panel p95 <= 300 ms).
+``pyarrow.parquet.write_table`` of the same rows with the same file settings, in rounds whose
+phase order alternates. Every phase is read on three clocks (wall, process CPU, the calling
+thread's CPU) and each ratio divides one clock by the same clock: ``emit`` / ``write_table`` on
+the training thread (wall / wall and thread CPU / thread CPU; goal <= 0.1x), the writer's ingest
+(emit .. flush of ``--steps`` steps) as a multiple of raw throughput (wall / wall and process CPU
+/ process CPU; goal >= 0.8x); each step readable by ``open_run`` within ``flush_seconds`` + 1 s
+of ``step_end``. Section ``tiny`` (``telemetry_tiny.py``): step time, wall and CPU, of the tiny
+training config with ``--telemetry duckdb`` against training without telemetry, interleaved
+fresh processes, and the live lag as a separate reader process polling like the dashboard sees
+it. Section ``live``: a synthetic run that flushes every step, through 2,000 flushes; while it
+keeps writing, each dashboard panel's queries after a ``refresh`` (goal: slowest panel p95 <=
+300 ms).
 
-Usage: ``python benchmarks/telemetry.py [--section glm|tiny|live] [--steps N] [--repeats N]``.
+Usage: ``python benchmarks/telemetry.py [--section glm|tiny|live] [--steps N] [--repeats N]
+[--train-steps N] [--threads N] [--poll S]``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from observability import DuckDBTelemetry, TelemetryConfig, open_run, refresh
 from observability.parts import list_parts, parquet_options
 from observability.records import build_table
 from observability.schema import table_spec
+
+sys.path.insert(0, str(Path(__file__).parent))
+import stats  # noqa: E402  (benchmarks/stats.py)
+from telemetry_tiny import section_tiny  # noqa: E402
 
 VOCAB = 151_552
 SAMPLES, TOKENS, PROMPT = 1024, 1024, 256
@@ -85,161 +92,108 @@ def _steps_readable(run: Path, step: int) -> bool:
         con.close()
 
 
-def _glm_round(tmp: str, r: int, steps: list[dict], tables: list) -> tuple[float, float, list]:
-    """One round: raw write_table of each step, the sink's ingest of the steps back to back
-    (emit .. flush), then the steps as a training loop would emit them (emit, step_end, the
-    step's compute until readable). Returns (raw s, ingest s, [(emit CPU s, readable s)])."""
+def _clocks() -> tuple[float, float, float]:
+    """(wall, process CPU, this thread's CPU) now."""
+    return time.perf_counter(), time.process_time(), time.thread_time()
+
+
+def _per_step(t0: tuple, t1: tuple, n: int) -> tuple[float, float, float]:
+    return tuple((b - a) / n for a, b in zip(t0, t1, strict=True))
+
+
+def _glm_round(tmp: str, r: int, steps: list[dict], tables: list) -> dict:
+    """One round: raw write_table of each step and the sink's ingest of the steps back to back
+    (emit .. flush), in an order that alternates by round; then the steps as a training loop
+    emits them (emit, step_end, wait until readable). Each phase on three clocks: wall, process
+    CPU, the calling (training) thread's CPU, per step."""
     opts = parquet_options(table_spec("tokens"))
-    os.sync()
-    t0 = time.perf_counter()
-    for i, t in enumerate(tables):
-        pq.write_table(t, f"{tmp}/raw-{r}-{i}.parquet", **opts)
-    raw = (time.perf_counter() - t0) / len(tables)
-    os.sync()
     config = TelemetryConfig(compact_on_close=False)
-    tel = DuckDBTelemetry(Path(tmp) / f"ingest{r}", run_info={"vocab_size": VOCAB}, config=config)
-    t0 = time.perf_counter()
-    for i, s in enumerate(steps):
-        tel.emit("tokens", s)
-        tel.step_end(i)
-    tel.flush()
-    ingest = (time.perf_counter() - t0) / len(steps)
-    tel.close()
+    out: dict = {}
+
+    def raw() -> None:
+        os.sync()
+        t0 = _clocks()
+        for i, t in enumerate(tables):
+            pq.write_table(t, f"{tmp}/raw-{r}-{i}.parquet", **opts)
+        out["raw"] = _per_step(t0, _clocks(), len(tables))
+
+    def ingest() -> None:
+        os.sync()
+        tel = DuckDBTelemetry(Path(tmp) / f"ingest{r}", run_info={"vocab_size": VOCAB},
+                              config=config)  # fmt: skip
+        t0 = _clocks()
+        for i, s in enumerate(steps):
+            tel.emit("tokens", s)
+            tel.step_end(i)
+        tel.flush()
+        out["ingest"] = _per_step(t0, _clocks(), len(steps))
+        tel.close()
+
+    for phase in (raw, ingest) if r % 2 == 0 else (ingest, raw):
+        phase()
     run = Path(tmp) / f"loop{r}"
     tel = DuckDBTelemetry(run, run_info={"vocab_size": VOCAB}, config=config)
-    loop = []
+    out["emit"], out["lag"] = [], []
     for i, s in enumerate(steps):
-        e0 = time.thread_time()
+        t0 = _clocks()
         tel.emit("tokens", s)
-        emit = time.thread_time() - e0
+        out["emit"].append(_per_step(t0, _clocks(), 1))
         tel.step_end(i)
         t0 = time.perf_counter()
         while not _steps_readable(run, i):
             time.sleep(0.02)
-        loop.append((emit, time.perf_counter() - t0))
+        out["lag"].append(time.perf_counter() - t0)
     tel.close()
-    return raw, ingest, loop
+    return out
+
+
+def glm_ratios(rounds: list[dict]) -> dict[str, list[float]]:
+    """Per-round ratios, each of two readings of one clock: ``emit_wall`` / ``emit_cpu`` (the
+    training thread in ``emit`` over the same thread in ``write_table``, per step; wall with
+    wall, thread CPU with thread CPU) and ``ingest_wall`` / ``ingest_cpu`` (raw over the sink's
+    emit .. flush, per step; wall with wall, process CPU with process CPU: >= 1 is as fast)."""
+    out: dict[str, list[float]] = {k: [] for k in ("emit_wall", "emit_cpu", "ingest_wall",
+                                                   "ingest_cpu")}  # fmt: skip
+    for r in rounds:
+        raw, ing = r["raw"], r["ingest"]
+        emit = [statistics.mean(e[i] for e in r["emit"]) for i in range(3)]
+        out["emit_wall"].append(emit[0] / raw[0])
+        out["emit_cpu"].append(emit[2] / raw[2])
+        out["ingest_wall"].append(raw[0] / ing[0])
+        out["ingest_cpu"].append(raw[1] / ing[1])
+    return out
 
 
 def section_glm(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
     steps = [glm_step(s, rng) for s in range(args.steps)]
     tables = [build_table("tokens", s, run_id="bench", rank=0, vocab_size=VOCAB) for s in steps]
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        warm = _glm_round(tmp, -1, steps, tables)  # first touches of memory, not recorded
+        _glm_round(tmp, -1, steps, tables)  # first touches of memory, not recorded
         rounds = [_glm_round(tmp, r, steps, tables) for r in range(args.repeats)]
-    raw = statistics.median(r[0] for r in rounds)
-    ingest = statistics.median(r[1] for r in rounds)
-    emits = [e for r in rounds for e, _ in r[2]]
-    lags = [lag for r in rounds for _, lag in r[2]]
-    emit = statistics.median(emits)
     print(f"## glm: {SAMPLES * TOKENS:,} token rows a step, {args.steps} steps x {args.repeats} "
-          f"rounds after a warm-up round (load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs)")  # fmt: skip
-    print(f"raw write_table          : {1e3 * raw:7.1f} ms a step (median of rounds)")
-    print(f"emit (training thread)   : {1e3 * emit:7.1f} ms a step (median; max "
-          f"{1e3 * max(emits):.0f} ms; warm-up round's first {1e3 * warm[2][0][0]:.0f} ms), "
-          f"{emit / raw:.3f}x raw   (goal <= 0.1)")  # fmt: skip
-    print(f"writer ingest            : {1e3 * ingest:7.1f} ms a step, {raw / ingest:.2f}x raw "
-          f"throughput (warm-up round {warm[0] / warm[1]:.2f}x)   (goal >= 0.8)")  # fmt: skip
-    print(f"readable after step_end  : {max(lags):.2f} s worst of {len(lags)}, median "
-          f"{statistics.median(lags):.2f} s   (goal <= flush_seconds + 1 = "
+          f"rounds after a warm-up round (load average {load0:.1f} -> "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+    for name, label in (("raw", "raw write_table"), ("ingest", "sink emit .. flush")):
+        w = stats.summary([1e3 * r[name][0] for r in rounds])
+        c = stats.summary([1e3 * r[name][1] for r in rounds])
+        t = stats.summary([1e3 * r[name][2] for r in rounds])
+        print(f"{label:<22}: wall {w.fmt(1)} ms, process CPU {c.fmt(1)} ms, calling thread "
+              f"CPU {t.fmt(1)} ms a step")  # fmt: skip
+    for i, clock in ((0, "wall"), (2, "thread CPU")):
+        e = stats.summary([1e3 * e[i] for r in rounds for e in r["emit"]])
+        print(f"emit, training thread : {clock} {e.fmt(1)} ms a step")
+    ratios = glm_ratios(rounds)
+    print(f"emit / write_table (goal <= 0.1): wall {stats.summary(ratios['emit_wall']).fmt(3)}; "
+          f"thread CPU {stats.summary(ratios['emit_cpu']).fmt(3)}")  # fmt: skip
+    print(f"ingest, x raw throughput (goal >= 0.8): wall "
+          f"{stats.summary(ratios['ingest_wall']).fmt(2)}; process CPU "
+          f"{stats.summary(ratios['ingest_cpu']).fmt(2)}")  # fmt: skip
+    lags = sorted(lag for r in rounds for lag in r["lag"])
+    print(f"readable by open_run after step_end (wall): median {statistics.median(lags):.2f} s, "
+          f"max {lags[-1]:.2f} s of {len(lags)}   (goal <= flush_seconds + 1 = "
           f"{TelemetryConfig.flush_seconds + 1:.0f} s)")  # fmt: skip
-
-
-_POOL_THREADS = ("polars", "jemalloc", "tokio")
-"""Name prefixes of the library threads that work only for the sink in a training process
-(polars runs the column rules, Arrow's allocator)."""
-
-
-def sink_threads_cpu(sink) -> float:
-    """CPU seconds so far of the sink's writer thread and the library pools it uses (``/proc``)."""
-    total = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                name = f.read().strip()
-            if name.startswith(_POOL_THREADS):
-                with open(f"/proc/self/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-        except OSError:  # the thread ended
-            pass
-    return total / 1e9 + (sink.writer_cpu_seconds() or 0.0)
-
-
-class _Metered:
-    """Forwards to the real sink; adds up the training thread's CPU inside it and each step end."""
-
-    def __init__(self, sink) -> None:
-        self.sink, self.run_id, self.run_dir = sink, sink.run_id, sink.run_dir
-        self.cpu_s, self.step_ends = 0.0, {}
-
-    def emit(self, table, columns) -> None:
-        t0 = time.thread_time()
-        self.sink.emit(table, columns)
-        self.cpu_s += time.thread_time() - t0
-
-    def step_end(self, step: int) -> None:
-        t0 = time.thread_time()
-        self.sink.step_end(step)
-        self.cpu_s += time.thread_time() - t0
-        self.step_ends[step] = time.time()  # wall clock: compared with part mtimes
-        if step == 0:  # steps after the first (its compile and warm-up) are measured
-            self.start = (time.process_time(), self.cpu_s, sink_threads_cpu(self.sink))
-        self.end = (time.process_time(), self.cpu_s, sink_threads_cpu(self.sink))
-
-    def close(self, status: str = "finished") -> None:
-        self.sink.close(status)
-
-
-def commit_times(run_dir: Path) -> dict[int, float]:
-    """Step -> wall time its ``steps`` row became readable: the modification time of the first
-    part holding it (parts are renamed into place right after their last write and fsync)."""
-    seen: dict[int, float] = {}
-    for part in (Path(run_dir) / "telemetry" / "steps").glob("part-*.parquet"):
-        mtime = part.stat().st_mtime
-        for step in set(pq.read_table(part, columns=["step"])["step"].to_pylist()):
-            seen[step] = min(seen.get(step, mtime), mtime)
-    return seen
-
-
-def section_tiny(args: argparse.Namespace) -> None:
-    import core.driver as driver
-
-    cfg = driver.resolve_config(None, [], steps=args.train_steps)
-    made: list[_Metered] = []
-    real_open = driver.open_telemetry
-
-    def open_metered(*a, **kw):  # the loop's sink, metered
-        made.append(_Metered(real_open(*a, **kw)))
-        return made[-1]
-
-    driver.open_telemetry = open_metered
-    try:
-        for r in range(args.repeats):
-            with tempfile.TemporaryDirectory() as tmp:
-                t0 = time.monotonic()
-                run_dir, _ = driver.run_training(
-                    cfg, runs_root=tmp, telemetry="duckdb", progress=False
-                )
-                _report_tiny(r, made[-1], commit_times(run_dir), time.monotonic() - t0)
-    finally:
-        driver.open_telemetry = real_open
-
-
-def _report_tiny(r: int, m: _Metered, readable: dict, seconds: float) -> None:
-    (p0, s0, w0), (p1, s1, w1) = m.start, m.end
-    share = ((s1 - s0) + (w1 - w0)) / (p1 - p0)
-    steps = sorted(m.step_ends)
-    step_s = (m.step_ends[steps[-1]] - m.step_ends[steps[1]]) / (len(steps) - 2)
-    lags = [readable[s] - m.step_ends[s] for s in steps[1:] if s in readable]
-    print(f"## tiny run {r}: {len(steps)} steps of {step_s:.2f} s ({seconds:.0f} s in all)")
-    print(f"telemetry CPU: training thread {s1 - s0:.2f} s + sink threads {w1 - w0:.2f} s of "
-          f"{p1 - p0:.1f} s process CPU = {100 * share:.2f}%   (goal <= 3%)")  # fmt: skip
-    print(f"live lag (step_end -> its part committed): max {max(lags):.2f} s, median "
-          f"{statistics.median(lags):.2f} s over {len(lags)} steps   (goal <= "
-          f"{TelemetryConfig.flush_seconds:.0f} s + one step = "
-          f"{TelemetryConfig.flush_seconds + step_s:.2f} s)")  # fmt: skip
 
 
 _WRITER = """
@@ -305,6 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=4, help="glm: steps of 1,048,576 rows")
     p.add_argument("--repeats", type=int, default=3, help="glm/tiny: runs; live: calls a panel")
     p.add_argument("--train-steps", type=int, default=40, help="tiny: steps per training run")
+    p.add_argument("--threads", type=int, default=1, help="tiny: torch threads per run")
+    p.add_argument("--poll", type=float, default=0.1, help="tiny: the reader's poll, seconds")
     p.add_argument("--flushes", type=int, default=2000, help="live: flushes before timing")
     args = p.parse_args(argv)
     for name in args.section or list(SECTIONS):

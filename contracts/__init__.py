@@ -4,8 +4,10 @@
 results in the run's ``contract_results`` table; ``closedloop gate`` is its command line.
 """
 
-from contracts.gate import GateResult, GateUsageError, run_gate
-from contracts.policy import Policy, load_policy
+from contracts.gate import GateUsageError, run_gate
+from contracts.gate_result import GateResult
+from contracts.policy import Policy
+from contracts.policy_file import load_policy
 from contracts.result import CheckResult
 
 __all__ = ["CheckResult", "GateResult", "GateUsageError", "Policy", "load_policy", "run_gate"]

@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections import Counter
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 
-from contracts.context import CheckContext, CheckError, RunState, error, not_applicable
-from contracts.policy import Policy, load_policy, policy_for_run
+from contracts.context import CheckContext, CheckError, error, not_applicable
+from contracts.gate_result import GateResult
+from contracts.policy import Policy, policy_for_run
+from contracts.policy_file import load_policy
 from contracts.record import append_results
-from contracts.registry import CheckSpec, registered_checks
+from contracts.registry import registered_checks
 from contracts.result import FAIL, WARN, CheckResult
+from contracts.spec import CheckSpec
 from observability import open_run
 from observability.parts import resolve_run_dir
 from observability.unrecorded import covers
@@ -37,47 +38,6 @@ DUCKDB_MEMORY_LIMIT = "1GB"
 
 class GateUsageError(ValueError):
     """Bad arguments, a bad policy or a run that cannot be opened (CLI exit code 2)."""
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """Every check's result for one run under one policy."""
-
-    run_dir: Path
-    run_id: str
-    policy: Policy
-    baseline: Path | None
-    results: tuple[CheckResult, ...]
-    checked_at: datetime
-    seconds: float
-    state: RunState
-    """The run's status, steps recorded and last write time."""
-    policy_source: str = "given"
-    """Where the policy came from: ``given`` (a Policy object), the file passed, or the file
-    chosen for the run and why."""
-
-    @property
-    def passed(self) -> bool:
-        """No check failed or errored (warn and not_applicable pass)."""
-        return not any(r.failed for r in self.results)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.passed else 1
-
-    @property
-    def counts(self) -> Counter:
-        return Counter(r.status for r in self.results)
-
-    def result(self, check_id: str) -> CheckResult:
-        """The result of ``contract.check``; KeyError listing the ids on a typo."""
-        for r in self.results:
-            if r.id == check_id:
-                return r
-        raise KeyError(f"no result for {check_id!r}; results: {[r.id for r in self.results]}")
-
-    def failed(self) -> list[CheckResult]:
-        return [r for r in self.results if r.failed]
 
 
 def _open(path: str | Path, what: str) -> tuple[Path, duckdb.DuckDBPyConnection]:

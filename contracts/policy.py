@@ -1,7 +1,8 @@
 """Release policy: thresholds, regression margins and which checks are required, warn-only or off.
 
-Read from TOML into small frozen dataclasses; unknown sections, keys, check names or modes raise
-ValueError naming them and the allowed values. Without ``--policy`` the gate takes the policy that
+Small frozen dataclasses built from parsed TOML (``policy_from_dict``; ``contracts.policy_file``
+reads the file and names the registered checks); unknown sections, keys, check names or modes
+raise ValueError naming them and the allowed values. Without ``--policy`` the gate takes the policy that
 fits the run's loop (``policy_for_run``): ``contracts/agentic.toml`` for an async run, where the
 policy lag the run chose moves log-prob mismatch and DIS masking; ``contracts/release.toml`` for
 every other run. Simplification: one mode per check, no per-table or per-step overrides.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,21 +159,6 @@ def policy_from_dict(raw: Mapping[str, Any], known_checks: list[str] | None = No
         regression=_section(Regression, raw.get("regression", {}), "regression"),
         checks=MappingProxyType(checks),
     )
-
-
-def load_policy(path: str | Path | None = None) -> Policy:
-    """Read a policy TOML (default ``contracts/release.toml``); ValueError on any bad entry."""
-    from contracts.registry import all_check_ids
-
-    path = Path(path) if path is not None else DEFAULT_POLICY
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as e:
-        raise ValueError(f"cannot read policy {path}: {e}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"policy {path} is not valid TOML: {e}") from e
-    return policy_from_dict(raw, all_check_ids())
 
 
 @dataclass(frozen=True)

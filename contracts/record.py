@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from contracts.gate_result import GateResult
 from observability.parts import PartWriter
 from observability.records import build_table
 from observability.schema import table_spec
-
-if TYPE_CHECKING:
-    from contracts.gate import GateResult
 
 
 def result_columns(gate: GateResult) -> dict:

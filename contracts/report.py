@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from contracts.gate import GateResult
+from contracts.gate_result import GateResult
 from contracts.result import ERROR, FAIL, NOT_APPLICABLE, WARN, CheckResult
 
 

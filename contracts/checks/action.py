@@ -14,8 +14,8 @@ import math
 
 from contracts.checks.coverage import missing_tokens
 from contracts.context import CheckContext, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 
 C = "action"
 _TOKEN_COLS = "sample_id, step, pos, token_id, role"

@@ -12,8 +12,8 @@ samples the environment failed are never trained. Runs without turns (single-tur
 from __future__ import annotations
 
 from contracts.context import CheckContext, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 
 C = "agentic"
 ENV_FAILURES = ("env_timeout", "env_crash", "tool_malformed")

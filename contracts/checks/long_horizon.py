@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from contracts.checks.coverage import missing_tokens
 from contracts.context import CheckContext, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 
 C = "long_horizon"
 UNTRAINED = ("prompt", "observation", "tail", "padding")

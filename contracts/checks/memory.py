@@ -11,8 +11,8 @@ Simplification: ``transfer``/``reuse`` events do not affect liveness here.
 from __future__ import annotations
 
 from contracts.context import CheckContext, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 
 C = "memory"
 

@@ -14,8 +14,8 @@ action probabilities where TP = 1 puts them.
 from __future__ import annotations
 
 from contracts.context import CheckContext, CheckError, finding, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult, verdict
+from contracts.spec import check
 
 C = "parallel"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import duckdb
 
 from contracts.context import CheckContext, CheckError, finding, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult, verdict
+from contracts.spec import check
 
 C = "regression"
 

@@ -9,8 +9,8 @@ silent zero or a missing row).
 from __future__ import annotations
 
 from contracts.context import CheckContext, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 
 C = "reward"
 REL_TOL = 1e-5

@@ -10,8 +10,8 @@ and the last write time (``contracts.gate.RunState``).
 from __future__ import annotations
 
 from contracts.context import CheckContext, finding
-from contracts.registry import check
 from contracts.result import FAIL, PASS, CheckResult
+from contracts.spec import check
 
 
 @check("run", "finished")

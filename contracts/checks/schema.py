@@ -12,8 +12,8 @@ from __future__ import annotations
 from functools import partial
 
 from contracts.context import CheckContext, CheckError, finding, not_applicable
-from contracts.registry import CheckSpec, check, register
 from contracts.result import CheckResult, verdict
+from contracts.spec import CheckSpec, check, register
 from contracts.validate import validate_table
 from observability.parts import check_part, list_parts, telemetry_dir
 from observability.schema import SCHEMA_VERSION, TABLES

@@ -13,8 +13,8 @@ engine: an async run's workers record their own send, switch and ack under the s
 from __future__ import annotations
 
 from contracts.context import CheckContext, CheckError, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 from observability.enums import SYNC_PHASES
 
 C = "sparse_version"

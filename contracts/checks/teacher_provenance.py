@@ -12,8 +12,8 @@ closed). Runs recorded before schema version 6 carry no provenance: not applicab
 from __future__ import annotations
 
 from contracts.context import CheckContext, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 
 C = "teacher_provenance"
 

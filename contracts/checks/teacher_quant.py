@@ -14,8 +14,8 @@ one of the two required producers is a violation: bit-identity is unproven (fail
 from __future__ import annotations
 
 from contracts.context import CheckContext, not_applicable
-from contracts.registry import check
 from contracts.result import CheckResult
+from contracts.spec import check
 
 C = "teacher_quant"
 

@@ -50,7 +50,7 @@ def load_teachers(cfg, *, repo_root: Path, **student) -> tuple[dict[str, str], d
             if not (path / "config.json").is_file():
                 raise FileNotFoundError(
                     f"teachers.routes[{domain!r}]: no checkpoint at {path}; train the teacher "
-                    "first (README, Teachers: the expert commands)"
+                    "first (docs/teachers.md: the expert commands)"
                 )
             by_path[path] = TeacherEngine.from_checkpoint(
                 path, precision=cfg.precision, engine=cfg.engine, **student

@@ -12,7 +12,8 @@ import polars as pl
 import pytest
 
 from closedloop.cli import main
-from contracts import registry, run_gate
+from contracts import run_gate
+from contracts import spec as check_spec
 from contracts.report import format_table
 from observability.parts import list_parts
 from tests.contracts.store_edit import copy_run, edit_rows, query
@@ -136,12 +137,12 @@ def test_fail_closed_on_corrupt_part_missing_table_and_erroring_check(run, monke
     part = list_parts(run, "tokens")[0]
     part.write_bytes(part.read_bytes()[:100])  # truncated by a disk-full crash
     shutil.rmtree(run / "telemetry" / "qparams")
-    spec = registry._REGISTRY["action.masked_fraction"]
+    spec = check_spec.DECLARED["action.masked_fraction"]
 
     def boom(ctx):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setitem(registry._REGISTRY, spec.id, dataclasses.replace(spec, fn=boom))
+    monkeypatch.setitem(check_spec.DECLARED, spec.id, dataclasses.replace(spec, fn=boom))
     gate = run_gate(run, record=False)
     assert gate.exit_code == 1
     store = gate.result("schema.store_readable")

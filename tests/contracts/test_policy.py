@@ -2,7 +2,8 @@
 
 import pytest
 
-from contracts.policy import DEFAULT_POLICY, Policy, Thresholds, load_policy, policy_from_dict
+from contracts.policy import DEFAULT_POLICY, Policy, Thresholds, policy_from_dict
+from contracts.policy_file import load_policy
 from contracts.registry import all_check_ids, get_check
 
 KNOWN = all_check_ids()

@@ -5,7 +5,8 @@ import pytest
 
 from closedloop.cli import main
 from contracts import run_gate
-from contracts.policy import AGENTIC_POLICY, DEFAULT_POLICY, load_policy, policy_for_run
+from contracts.policy import AGENTIC_POLICY, DEFAULT_POLICY, policy_for_run
+from contracts.policy_file import load_policy
 from tests.conftest import make_agentic_run
 from tests.contracts.store_edit import copy_run
 

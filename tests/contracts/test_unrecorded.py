@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from contracts import run_gate
-from contracts.registry import CheckSpec, register
+from contracts.spec import CheckSpec, register
 from observability import DuckDBTelemetry, Trajectory, emit_step, step_columns, unrecorded_in
 from observability.unrecorded import covers, unrecorded_names
 

@@ -1,24 +1,26 @@
 """End to end: ``closedloop dashboard`` over a run that a ``closedloop train`` process is still
-writing, loaded in headless Chromium; the mismatch and memory charts must hold data.
+writing, loaded in the system Chromium through playwright; the mismatch and memory charts must
+hold data.
 
 Screenshots land in ``test-artifacts/`` (gitignored). Needs the Debian ``chromium`` package
-(``.ci/run`` installs it); skipped only when it is missing locally.
+(``.ci/run`` installs it): skipped when it is missing on a developer machine, failed when it is
+missing under ``CI`` (``tests/dashboards/chromium.py``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from dashboards.browser import Chromium, wait_healthy
+from tests.dashboards.chromium import launch, open_page, require_chromium, screenshot, text
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -31,16 +33,27 @@ TRAIN_SET = (
     "telemetry.flush_seconds=0.5",
 )
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian package chromium missing"),
-]
+pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_healthy(base_url: str, *, timeout: float = 60.0) -> None:
+    """Wait for Streamlit's ``/_stcore/health`` to answer ``ok``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base_url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{base_url} not healthy after {timeout:.0f} s")
 
 
 def wait_for_steps(root: Path, proc: subprocess.Popen, n: int, timeout: float = 180.0) -> Path:
@@ -76,6 +89,7 @@ def assert_chart(charts: list[dict], title: str) -> dict:
 
 
 def test_live_dashboard_in_chromium(tmp_path):
+    require_chromium()  # before starting the dashboard and the run
     t0 = time.monotonic()
 
     def log(what: str) -> None:  # progress with -s (the CI machine is slow; see where)
@@ -117,28 +131,29 @@ def test_live_dashboard_in_chromium(tmp_path):
         log("dashboard healthy")
         run = wait_for_steps(root, train, n=2)
         log("2 steps committed")
-        with Chromium(width=1280, height=900) as browser:
-            charts = browser.open(f"{url}/Mismatch", min_charts=3, timeout=120)
+        with launch() as browser:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            found = open_page(page, f"{url}/Mismatch", min_charts=3, timeout=120)
             log("mismatch page rendered")
-            text = browser.text()
+            shown = text(page)
             assert train.poll() is None, "the run must still be training while the page loads"
-            assert run.name in text and "running" in text, text[:500]
-            assert_chart(charts, "Train vs rollout log-prob mismatch per step")
-            assert_chart(charts, "Ratio exp(Δlogp) over action tokens")
-            browser.screenshot(ARTIFACTS / "dashboard-live-mismatch.png")
+            assert run.name in shown and "running" in shown, shown[:500]
+            assert_chart(found, "Train vs rollout log-prob mismatch per step")
+            assert_chart(found, "Ratio exp(Δlogp) over action tokens")
+            screenshot(page, ARTIFACTS / "dashboard-live-mismatch.png")
 
-            charts = browser.open(f"{url}/Memory", min_charts=3, timeout=120)
+            found = open_page(page, f"{url}/Memory", min_charts=3, timeout=120)
             log("memory page rendered")
-            assert_chart(charts, "Peak memory by category")
-            assert_chart(charts, "Live ledger bytes over time")
-            browser.screenshot(ARTIFACTS / "dashboard-live-memory.png")
+            assert_chart(found, "Peak memory by category")
+            assert_chart(found, "Live ledger bytes over time")
+            screenshot(page, ARTIFACTS / "dashboard-live-memory.png")
 
             stop(train)  # SIGTERM: the writer flushes and marks the run failed
-            charts = browser.open(f"{url}/Overview", min_charts=1, timeout=120)
+            open_page(page, f"{url}/Overview", min_charts=1, timeout=120)
             deadline = time.monotonic() + 30
-            while "failed" not in browser.text() and time.monotonic() < deadline:
+            while "failed" not in text(page) and time.monotonic() < deadline:
                 time.sleep(1.0)  # the page refreshes itself while it still believed "running"
-            assert "failed" in browser.text()
+            assert "failed" in text(page)
             log("failed run shown as failed")
         assert (ARTIFACTS / "dashboard-live-mismatch.png").stat().st_size > 20_000
     finally:

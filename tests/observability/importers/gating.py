@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from contracts import run_gate
-from contracts.gate import GateResult
+from contracts.gate_result import GateResult
 from observability.importers import import_dump
 from tests.observability.importers.episodes import VOCAB
 
