@@ -79,9 +79,10 @@ def test_investigate_collapse_names_the_injected_cause(tmp_path_factory):
 
 
 def test_train_infer_gap_orders_engines_by_precision(tmp_path_factory, tmp_path):
-    runs = {
-        name: scenario_run(name, tmp_path_factory)
-        for name in ("healthy", "icepop-off-bf16", "int4-rollout-no-qat")
+    runs = {  # fp32 engines, a bf16 rollout engine, int4 rollout weights
+        "healthy": scenario_run("healthy", tmp_path_factory),
+        "bf16": scenario_run("healthy", tmp_path_factory, ('rollout.precision="bf16"',)),
+        "int4-rollout-no-qat": scenario_run("int4-rollout-no-qat", tmp_path_factory),
     }
     for run in runs.values():  # a runs root holding just these three
         (tmp_path / run.name).symlink_to(run, target_is_directory=True)
