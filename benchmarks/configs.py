@@ -232,7 +232,7 @@ def report(root: Path) -> None:
         gates = ", ".join(
             f"s{r['seed']} "
             + (
-                "run failed"
+                ("stopped" if r.get("rc", 0) < 0 else "run failed")
                 if "heldout" not in r
                 else ("pass" if r["gate_passed"] else f"fail {','.join(r['gate_failing'])}")
             )
