@@ -232,7 +232,7 @@ def report(root: Path) -> None:
         gates = ", ".join(
             f"s{r['seed']} "
             + (
-                "run failed"
+                ("stopped" if r.get("rc", 0) < 0 else "run failed")
                 if "heldout" not in r
                 else ("pass" if r["gate_passed"] else f"fail {','.join(r['gate_failing'])}")
             )
@@ -241,7 +241,10 @@ def report(root: Path) -> None:
         if not ok:
             print(f"| `{name}` | {len(rs)} | — | — | — | — | {gates} |")
             continue
-        for split in ok[0]["heldout"]:
+        splits = list(ok[0]["heldout"])
+        if len(splits) == 2:  # one domain: its split repeats ``heldout``
+            splits = ["heldout"]
+        for split in splits:
             a0 = stats.summary([r["heldout"][split][0] for r in ok])
             a1 = stats.summary([r["heldout"][split][1] for r in ok])
             g = stats.summary([r["heldout"][split][1] - r["heldout"][split][0] for r in ok])

@@ -40,14 +40,13 @@ import stats  # noqa: E402  (benchmarks/stats.py)
 ARMS = ("bare", "none", "duckdb")
 
 
-def step_rates(marks: list[tuple[float, float]]) -> tuple[float, float]:
-    """(wall s, CPU s) a step from (wall, CPU) clock readings at each ``step_end``; the first
-    step (compile and warm-up) is left out: the window runs from its end to the last one."""
+def step_rates(marks: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """Seconds a step on each clock, from clock readings (wall, CPU, ...) at each ``step_end``;
+    the first step (compile and warm-up) is left out: the window runs from its end to the last."""
     if len(marks) < 2:
         raise ValueError("need at least two step ends")
-    (w0, c0), (w1, c1) = marks[0], marks[-1]
     n = len(marks) - 1
-    return (w1 - w0) / n, (c1 - c0) / n
+    return tuple((b - a) / n for a, b in zip(marks[0], marks[-1], strict=True))
 
 
 def first_seen_lags(observations: list[dict]) -> dict[int, float]:
@@ -83,7 +82,26 @@ class _Marked:
 
     def step_end(self, step: int) -> None:
         self._sink.step_end(step)
-        self._marks.append((time.perf_counter(), time.process_time()))
+        self._marks.append((time.perf_counter(), time.process_time(), time.thread_time()))
+        self.threads = thread_cpu_by_name()
+        writer = getattr(self._sink, "writer_cpu_seconds", None)
+        self.threads["(sink writer thread)"] = (writer() or 0.0) if writer else 0.0
+        if step == 0:
+            self.threads0 = self.threads
+
+
+def thread_cpu_by_name() -> dict[str, float]:
+    """CPU seconds so far of this process's live threads, summed by name (``/proc``)."""
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip().rstrip("0123456789").rstrip("-_.") or "?"
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[name] = out.get(name, 0.0) + int(f.read().split()[0]) / 1e9
+        except OSError:  # the thread ended
+            pass
+    return out
 
 
 def child_train(arm: str, root: str, steps: int, threads: int, out: str) -> None:
@@ -94,8 +112,14 @@ def child_train(arm: str, root: str, steps: int, threads: int, out: str) -> None
     import core.loops.grpo as grpo
 
     marks: list = []
+    made: list[_Marked] = []
     real_open, real_records = driver.open_telemetry, grpo.step_records
-    driver.open_telemetry = lambda *a, **kw: _Marked(real_open(*a, **kw), marks)
+
+    def open_marked(*a, **kw):
+        made.append(_Marked(real_open(*a, **kw), marks))
+        return made[-1]
+
+    driver.open_telemetry = open_marked
     if arm == "bare":
         grpo.step_records = lambda *a, **kw: {}
     cfg = driver.resolve_config(None, ["train.eval_every=0"], steps=steps)
@@ -104,7 +128,10 @@ def child_train(arm: str, root: str, steps: int, threads: int, out: str) -> None
     driver.run_training(cfg, runs_root=root, telemetry=kind, progress=False)
     run = (time.perf_counter() - t0, time.process_time() - c0)
     grpo.step_records = real_records
-    Path(out).write_text(json.dumps({"arm": arm, "marks": marks, "run": run}))
+    m = made[-1]
+    threads = {k: v - m.threads0.get(k, 0.0) for k, v in m.threads.items()}
+    res = {"arm": arm, "marks": marks, "run": run, "threads": threads}
+    Path(out).write_text(json.dumps(res))
 
 
 def child_reader(root: str, out: str, poll: float) -> None:
@@ -166,14 +193,21 @@ def section_tiny(args: argparse.Namespace) -> None:
     print(f"## tiny: {args.repeats} rounds x {len(ARMS)} arms ({', '.join(ARMS)}), "
           f"{args.train_steps} steps each, {args.threads} torch thread(s); load average "
           f"{load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
-    print("arm     step wall ms        step CPU ms         run wall s        run CPU s")
+    print("arm     step wall ms      step CPU ms     of it: training thread / others"
+          "     run wall s     run CPU s")  # fmt: skip
     for a in ARMS:
-        w = stats.summary([1e3 * s[0] for s in step[a]])
-        c = stats.summary([1e3 * s[1] for s in step[a]])
+        w, c, t = (stats.summary([1e3 * s[i] for s in step[a]]) for i in range(3))
+        o = stats.summary([1e3 * (s[1] - s[2]) for s in step[a]])
         rw = stats.summary([x["run"][0] for x in runs[a]])
         rc = stats.summary([x["run"][1] for x in runs[a]])
-        print(f"{a:<7} {w.mean:6.1f} ± {w.sd:5.1f}    {c.mean:6.1f} ± {c.sd:5.1f}    "
-              f"{rw.mean:6.1f} ± {rw.sd:4.1f}    {rc.mean:6.1f} ± {rc.sd:4.1f}")  # fmt: skip
+        print(f"{a:<7} {w.mean:6.1f} ± {w.sd:5.1f}  {c.mean:6.1f} ± {c.sd:5.1f}  "
+              f"{t.mean:6.1f} ± {t.sd:4.1f} / {o.mean:5.1f} ± {o.sd:4.1f}    "
+              f"{rw.mean:6.1f} ± {rw.sd:4.1f}  {rc.mean:6.1f} ± {rc.sd:4.1f}")  # fmt: skip
+    for x in runs["duckdb"]:
+        print(
+            "duckdb run, CPU s by thread name over the steps: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in sorted(x["threads"].items()))
+        )
     for a in ("none", "duckdb"):
         for i, clock in ((0, "wall"), (1, "CPU")):
             ra = ratios([s[i] for s in step[a]], [s[i] for s in step["bare"]])

@@ -16,20 +16,29 @@ detached, as our ``old_logp = "recompute"``), temperature / top-p / top-k and
 max_completion_length = rollout.*, fp32, no gradient checkpointing. What cannot be mapped:
 TRL's group std is unbiased plus 1e-4 (ours population plus 1e-6), and TRL has no rollout
 engine apart from the policy, hence no trust mask (IcePop) to map.
-Held-out greedy accuracy is measured for both by our engine and verifier on our eval set.
-Step time: wall and main-thread CPU per step; the CPU of every other thread (closedloop's
-telemetry writer) is charged to closedloop.
+Held-out greedy accuracy is measured for both by our engine and verifier on our eval set; over
+``--seeds`` the gains are reported as mean ± sd and the paired difference with its 95% interval
+(``benchmarks/stats.py``; a tie when it spans 0). Arms: TRL, closedloop and (``--ablation``, on
+by default with the embedded engine) closedloop with ``train.shared_prefix = false``, stepped in
+alternating order after TRL's step. Step time: wall and main-thread CPU per step, the first step
+left out; the CPU of each closedloop arm's telemetry writer thread is charged to it. Step phases
+(rollout, scoring, update, weight sync, telemetry; ``vs_trl_phases``) are timed around each
+side's own functions, which run unchanged. ``--engine vllm``: closedloop on
+``rollout.engine = "vllm"`` and TRL with ``use_vllm=True, vllm_mode="colocate"`` (both vLLM
+engines in this process, both serving bf16: ``VLLM_TRL``).
 With ``--record RUNS`` the TRL side is recorded by closedloop's TRL integration
 (``closedloop.integrations.trl.record``) into a run under RUNS, which ``closedloop gate`` checks.
-Usage: python benchmarks/vs_trl.py [--steps N (config)] [--eval-size 256] [--seed S]
-[--threads 1] [--set key=value ...] [--record RUNS]    (needs ``pip install 'closedloop[peer]'``)
+Usage: python benchmarks/vs_trl.py [--steps N (config)] [--eval-size 256] [--seeds 0,1,2,3,4]
+[--engine embedded|vllm] [--no-ablation] [--threads 1] [--set key=value ...] [--record RUNS]
+[--json FILE]    (needs ``pip install 'closedloop[peer]'``)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import sys
 import tempfile
 import time
 import warnings
@@ -37,42 +46,110 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))
+import vs_trl_phases as phases  # noqa: E402
+import vs_trl_report  # noqa: E402
+from vs_trl_trainer import check_prompt_ids, make_trl_trainer, trl_records  # noqa: E402
+
 warnings.filterwarnings("ignore")
+
+VLLM_TRL = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=64)
+"""TRL's vLLM settings for ``--engine vllm`` (colocate: vLLM in the trainer's process, as
+closedloop's engine; TRL's default importance-sampling correction kept). TRL passes vLLM no dtype,
+so vLLM's ``auto`` serves the fp32 checkpoint in bf16 on the CPU: closedloop's vLLM engine runs
+at ``rollout.precision = "bf16"`` too (``VLLM_CL``), both actors train in fp32."""
+VLLM_CL = ['rollout.engine="vllm"', 'rollout.precision="bf16"']
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=None, help="default: the config's train.steps")
     ap.add_argument("--eval-size", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=None, help="one seed (default: the config's)")
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2,3,4")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (both sides)")
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument(
+        "--ablation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also step closedloop with train.shared_prefix=false (a third arm, embedded only)",
+    )
+    ap.add_argument("--engine", default="embedded", choices=("embedded", "vllm"))
     ap.add_argument("--json", default=None, help="also write the results as JSON here")
     ap.add_argument("--record", default=None, help="record the TRL side as a run under this dir")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from core.driver import resolve_config
 
-    cfg = resolve_config(None, args.set, steps=args.steps, seed=args.seed)
-    with tempfile.TemporaryDirectory() as root:
-        result = compare(cfg, Path(root), eval_size=args.eval_size, record_to=args.record)
-    result["threads"] = args.threads
-    report(result)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
+    sets = list(args.set)
+    trl_overrides = {}
+    if args.engine == "vllm":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        sets += VLLM_CL
+        trl_overrides = VLLM_TRL
+    runs = []
+    for seed in seeds:
+        cfg = resolve_config(None, sets, steps=args.steps, seed=seed)
+        with tempfile.TemporaryDirectory() as root:
+            r = compare(
+                cfg,
+                Path(root),
+                eval_size=args.eval_size,
+                record_to=args.record,
+                ablation=args.ablation and args.engine == "embedded",
+                **trl_overrides,
+            )
+        r.update(threads=args.threads, engine=args.engine, load_avg=os.getloadavg())
+        vs_trl_report.report_run(r)
+        runs.append(r)
+    result = {"runs": runs, "summary": vs_trl_report.summarize(runs)}
+    vs_trl_report.report_summary(result["summary"])
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        out = {**result, "summary": vs_trl_report.to_json(result["summary"])}
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return result
 
 
-def compare(cfg, root: Path, *, eval_size: int, record_to: str | None = None) -> dict:
-    """Train both sides interleaved; returns accuracies, per-step timings and what each recorded
-    (``record_to``: record the TRL side with closedloop's TRL integration under this directory)."""
+def compare(
+    cfg, root: Path, *, eval_size: int, record_to: str | None = None, ablation: bool = False, **trl
+) -> dict:
+    """Train the sides interleaved (TRL's step k, then each closedloop arm's step k, the arms'
+    order alternating); returns accuracies, per-step timings and phases, and what each recorded.
+    ``ablation``: a second closedloop arm with ``train.shared_prefix = false``; ``record_to``:
+    record the TRL side with closedloop's TRL integration under this directory; ``trl``: other
+    ``GRPOConfig`` values (``VLLM_TRL``)."""
+    import dataclasses
+
     from transformers import TrainerCallback
 
     from core.model.hf_export import export_hf
 
     base = export_hf(root / "base")
-    cl = ClosedloopSide(cfg, root / "runs")
-    trl = make_trl_trainer(cfg, base, root / "trl", questions=cl.step_questions(cfg.train.steps))
+    arms = {"closedloop": cfg}
+    if ablation:
+        arms["closedloop_noshare"] = dataclasses.replace(
+            cfg, train=dataclasses.replace(cfg.train, shared_prefix=False)
+        )
+    sides, threads = {}, {}
+    for name, arm_cfg in arms.items():
+        before = set(other_threads_cpu())
+        sides[name] = ClosedloopSide(arm_cfg, root / "runs" / name)
+        threads[name] = [k for k in other_threads_cpu() if k not in before]
+    cl = sides["closedloop"]
+    clock = phases.PhaseClock()
+    for side in sides.values():
+        phases.time_closedloop_sync(side.s, clock)
+    trl = make_trl_trainer(
+        cfg,
+        base,
+        root / "trl",
+        questions=cl.step_questions(cfg.train.steps),
+        trainer_class=phases.timed_trl_class(clock),
+        **trl,
+    )
+    phases.time_trl_vllm_sync(trl, clock)
     check_prompt_ids(trl.processing_class, cl)
     recorder = None
     if record_to is not None:
@@ -83,33 +160,58 @@ def compare(cfg, root: Path, *, eval_size: int, record_to: str | None = None) ->
     acc["trl_start"] = cl.accuracy(trl.model.state_dict(), eval_size)
     if acc["trl_start"] != acc["base"]:
         raise RuntimeError(f"TRL's loaded model scores {acc['trl_start']} != base {acc['base']}")
-    timings = {"trl": [], "closedloop": []}
+    timings = {"trl": [], **{name: [] for name in sides}}
+    parts = {name: [] for name in timings}
+    windows, trl_raw = [], []
 
     class Interleave(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
             self.t = (time.perf_counter(), time.thread_time())
 
         def on_step_end(self, args, state, control, **kw):
-            timings["trl"].append(since(self.t))
-            timings["closedloop"].append(cl.step(state.global_step - 1))
+            windows.append(since(self.t))
+            k = state.global_step - 1
+            trl_raw.append(clock.take("trl.generate", "trl.gen_score", "trl.sync"))
+            order = list(sides) if k % 2 == 0 else list(reversed(sides))
+            for name in order:
+                took = sides[name].step(k)
+                timings[name].append(took)
+                t = clock.take(*phases.CL_TIMERS.values(), "cl.sync")
+                parts[name].append(phases.closedloop_phases(took, t))
 
     trl.add_callback(Interleave())
-    threads0, t0 = other_threads_cpu(), time.perf_counter()
-    trl.train()
-    total_wall = time.perf_counter() - t0
-    threads = {k: v - threads0.get(k, 0.0) for k, v in other_threads_cpu().items()}
+    cpu0 = other_threads_cpu()
+    t0, p0 = time.perf_counter(), time.process_time()
+    with phases.timed_closedloop(clock):
+        trl.train()
+    total_wall, process_cpu = time.perf_counter() - t0, time.process_time() - p0
+    cpu1 = other_threads_cpu()
+    for k, (w, c) in enumerate(windows):  # TRL's logging of step k runs after on_step_end
+        log = clock.trl_log.get(k + 1, (0.0, 0.0))
+        timings["trl"].append((w + log[0], c + log[1]))
+        parts["trl"].append(phases.trl_phases((w, c), trl_raw[k], log))
+    other = {k: v - cpu0.get(k, 0.0) for k, v in cpu1.items()}
     acc["trl_end"] = cl.accuracy(trl.model.state_dict(), eval_size)
-    acc["closedloop_end"] = cl.accuracy(cl.hf_tensors(), eval_size)
+    for name, side in sides.items():
+        acc[f"{name}_end"] = cl.accuracy(side.hf_tensors(), eval_size)
     recorded = {"closedloop": cl.finish(), "trl": trl_records(trl.state.log_history)}
+    for side in sides.values():
+        if side is not cl:
+            side.finish()
     return {
+        "seed": cfg.train.seed,
         "steps": cfg.train.steps,
         "samples_per_step": cfg.algorithm.prompts_per_step * cfg.algorithm.group_size,
         "eval_size": eval_size,
         "accuracy": acc,
         "timings": timings,
-        "other_threads_cpu_s": {k: v for k, v in threads.items() if v > 0},
-        "closedloop_parts_s": cl.parts,
+        "phases": parts,
+        "threads_cpu_s": {
+            name: {k: other[k] for k in ks if k in other} for name, ks in threads.items()
+        },
+        "other_threads_cpu_s": {k: v for k, v in other.items() if v > 0},
         "total_wall_s": total_wall,
+        "process_cpu_s": process_cpu,
         "recorded": recorded,
         "trl_run_dir": None if recorder is None else str(recorder.run_dir),
     }
@@ -124,7 +226,8 @@ def other_threads_cpu() -> dict[str, float]:
     for t in threading.enumerate():
         if t is not main and t.ident is not None:
             try:
-                out[t.name] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+                cpu = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+                out[f"{t.name}#{t.ident}"] = cpu
             except OSError:  # the thread ended meanwhile
                 pass
     return out
@@ -157,8 +260,6 @@ class ClosedloopSide:
             vocab_size=self.tok.vocab_size,
         )
         self.s = Session(cfg, self.sink, tok=self.tok)
-        self.parts: list[tuple[float, ...]] = []
-        """Per step, wall s: rollout, score + update, weight sync + probe, telemetry records + emit."""
 
     def step_questions(self, steps: int) -> list[list]:
         """The problems each step draws (``core.loops.grpo.collect_step``'s seeds), in order."""
@@ -168,15 +269,12 @@ class ClosedloopSide:
         return self.s.cfg.train.seed * 1_000_003 + step
 
     def step(self, k: int) -> tuple[float, float]:
+        """One ``train_step``: (wall s, main-thread CPU s)."""
         from core.loops.grpo import train_step
 
         t = (time.perf_counter(), time.thread_time())
-        m = train_step(self.s, k)
-        took = since(t)
-        ro, tr = m["rollout_time_s"], m["train_time_s"]
-        sync = m["step_time_s"] - ro - tr  # weight sync + probe, step metrics
-        self.parts.append((ro, tr, sync, took[0] - m["step_time_s"]))  # last: records + emit
-        return took
+        train_step(self.s, k)
+        return since(t)
 
     def hf_tensors(self) -> dict[str, torch.Tensor]:
         from core.model.hf_weights import actor_to_hf
@@ -239,176 +337,6 @@ def read_hf_tensors(path: Path) -> dict[str, torch.Tensor]:
     from core.model.hf_checkpoint import read_hf_dir
 
     return read_hf_dir(path)[0]
-
-
-def make_trl_trainer(cfg, base: Path, out: Path, *, questions: list[list], **overrides):
-    """TRL's ``GRPOTrainer`` on the exported base model, configured as ``cfg`` (module docstring);
-    ``overrides``: other ``GRPOConfig`` values (the benchmark passes none)."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    alg, opt, ro = cfg.algorithm, cfg.optim, cfg.rollout
-    rows = [
-        {"prompt": [{"role": "user", "content": p.question}], "problem": json.dumps(vars(p))}
-        for step in questions
-        for p in step
-    ]
-    settings = dict(
-        output_dir=str(out),
-        max_steps=cfg.train.steps,
-        per_device_train_batch_size=alg.prompts_per_step * alg.group_size,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
-        num_generations=alg.group_size,
-        shuffle_dataset=False,
-        learning_rate=opt.lr,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        optim="adamw_torch",
-        adam_beta1=opt.beta1,
-        adam_beta2=opt.beta2,
-        adam_epsilon=opt.eps,
-        weight_decay=opt.weight_decay,
-        max_grad_norm=opt.grad_clip,
-        beta=0.0,
-        num_iterations=1,
-        loss_type="dapo",
-        epsilon=alg.eps_low,
-        epsilon_high=alg.eps_high,
-        scale_rewards="group",
-        importance_sampling_level="token",
-        mask_truncated_completions=False,
-        temperature=ro.temperature,
-        top_p=ro.top_p,
-        top_k=ro.top_k,
-        max_completion_length=ro.max_new_tokens,
-        use_vllm=False,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        gradient_checkpointing=False,
-        seed=cfg.train.seed,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        log_level="error",
-        dataloader_num_workers=0,
-    )
-    args = GRPOConfig(**{**settings, **overrides})
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[verifier_reward()],
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(base),
-    )
-    trainer.remove_callback(PrinterCallback)
-    return trainer
-
-
-def verifier_reward():
-    """TRL's reward function: our arithmetic environment judges each completion's exact ids."""
-    from core.envs.arithmetic import ArithmeticEnv
-    from core.tasks.arithmetic import Problem
-    from core.tokenizer.tokenizer import Tokenizer
-
-    tok = Tokenizer.load()
-
-    def arithmetic_verifier(prompts, completions, completion_ids, problem, **kw) -> list[float]:
-        out = []
-        for ids, p in zip(completion_ids, problem, strict=True):
-            env = ArithmeticEnv(Problem(**json.loads(p)), tok)
-            finished = bool(ids) and ids[-1] == tok.eos_id  # stopped on EOS
-            out.append(env.step(list(ids), finished=finished).rewards["verifier"])
-        return out
-
-    return arithmetic_verifier
-
-
-def check_prompt_ids(hf_tok, cl: ClosedloopSide) -> int:
-    """Every dataset prompt, through TRL's tokenization path (the exported chat template with a
-    generation prompt), equals our ``encode_prompt`` ids; returns how many were checked."""
-    from core.tokenizer.chat_template import encode_prompt
-
-    problems = [p for step in cl.step_questions(cl.s.cfg.train.steps) for p in step]
-    msgs = [[{"role": "user", "content": p.question}] for p in problems]
-    theirs = hf_tok.apply_chat_template(
-        msgs, add_generation_prompt=True, tokenize=True, return_dict=True
-    )["input_ids"]
-    for p, ids in zip(problems, theirs, strict=True):
-        if list(ids) != encode_prompt(p.question, tok=cl.tok):
-            raise RuntimeError(f"TRL tokenizes {p.question!r} as {ids}, not our prompt ids")
-    return len(problems)
-
-
-AGREEMENT_KEYS = ("clip_ratio", "sampling/", "kl", "entropy")
-
-
-def trl_records(log_history: list[dict]) -> dict:
-    """TRL's per-step logged metrics: their names, and the means of those about the policy ratio,
-    train/sampling agreement or entropy."""
-    steps = [h for h in log_history if "loss" in h and "step" in h]
-    keys = sorted({k for h in steps for k in h})
-    agree = {
-        k: statistics.fmean(h[k] for h in steps if k in h)
-        for k in keys
-        if any(a in k for a in AGREEMENT_KEYS)
-    }
-    return {"logged_keys": keys, "agreement_means": agree, "logged_steps": len(steps)}
-
-
-def report(r: dict) -> None:
-    a, t, steps = r["accuracy"], r["timings"], r["steps"]
-    n = steps * r["samples_per_step"]
-    print(
-        f"steps: {steps} x {r['samples_per_step']} samples ({n} per side), threads {r['threads']}"
-    )
-    print(f"held-out greedy accuracy (our engine + verifier, n={r['eval_size']}):")
-    for side in ("trl", "closedloop"):
-        end = a[f"{side}_end"]
-        print(f"  {side:10s} {a['base']:.3f} -> {end:.3f} ({100 * (end - a['base']):+.1f} points)")
-    other = sum(r["other_threads_cpu_s"].values()) / max(steps, 1)
-    wall = {s: [w for w, _ in v] for s, v in t.items()}
-    cpu = {s: [c for _, c in v] for s, v in t.items()}
-    print("step time, interleaved (s): wall median / mean, main-thread CPU mean")
-    for s in ("trl", "closedloop"):
-        w = wall[s]
-        print(
-            f"  {s:10s} {statistics.median(w):.3f} / {statistics.fmean(w):.3f}, "
-            f"CPU {statistics.fmean(cpu[s]):.3f}"
-        )
-    print(
-        f"  other threads' CPU per step, charged to closedloop: {other:.3f} "
-        f"({', '.join(f'{k} {v:.1f}s' for k, v in r['other_threads_cpu_s'].items())})"
-    )
-    parts = [statistics.fmean(p[i] for p in r["closedloop_parts_s"]) for i in range(4)]
-    print(
-        "  closedloop step parts (mean wall s): rollout {:.3f}, score+update {:.3f}, "
-        "sync+probe {:.3f}, telemetry records+emit {:.3f}".format(*parts)
-    )
-    paired = [c / x for c, x in zip(wall["closedloop"], wall["trl"], strict=True)]
-    cl_cpu = statistics.fmean(cpu["closedloop"]) + other
-    print(
-        f"  closedloop / TRL: wall {statistics.median(paired):.2f}x (median of paired steps), "
-        f"{statistics.fmean(wall['closedloop']) / statistics.fmean(wall['trl']):.2f}x (means); "
-        f"CPU {cl_cpu / statistics.fmean(cpu['trl']):.2f}x (means, with other threads)"
-    )
-    c, tr = r["recorded"]["closedloop"], r["recorded"]["trl"]
-    print("train/rollout agreement, as each records it:")
-    print(
-        f"  closedloop: {c['action_token_rows']} action-token rows, "
-        f"{c['with_train_and_rollout_logp']} with train and rollout log-probs; |dlogp| mean "
-        f"{c['token_abs_dlogp_mean']:.2e}, max {c['token_abs_dlogp_max']:.2e}; IcePop-masked "
-        f"{c['masked_fraction_mean']:.2%}; {c['weight_sync_rows']} weight-sync rows"
-    )
-    print(f"  TRL: {tr['logged_steps']} logged steps; keys: {', '.join(tr['logged_keys'])}")
-    means = {k: round(v, 6) for k, v in tr["agreement_means"].items()}
-    print(f"  TRL ratio/sampling/entropy means: {json.dumps(means)}")
-    if r.get("trl_run_dir"):
-        print(f"TRL side recorded by closedloop: {r['trl_run_dir']} (closedloop gate RUN)")
 
 
 if __name__ == "__main__":

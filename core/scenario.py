@@ -8,7 +8,9 @@ re-tokenization, sync interval, engine precision, trust rule, quantized rollout,
 teacher, judge); nothing edits telemetry after the fact. ``needs`` maps the trained artifacts a
 scenario reads (a teacher, a judge) to the command that makes each; a run whose config still names
 a missing one is refused with those commands. ``expect_suspect`` and ``control`` are read only by
-tests and benchmarks, never by the analysis.
+tests and benchmarks, never by the analysis. A control is one setting: the fault's run with one
+``section.key=value`` changed (``load_scenario`` refuses more; the tests check that the resolved
+configs differ in exactly that key).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ class Scenario:
     expect_suspect: str | None
     """Suspect name the analysis should rank first (None: no fault)."""
     control: tuple[str, ...] = ()
-    """``section.key=value`` overrides that turn the fault off and keep everything else (the
-    control run of ``benchmarks/scenarios.py``)."""
+    """The one ``section.key=value`` override that turns the fault off and keeps everything else
+    (the control run of ``benchmarks/scenarios.py``); empty for the baseline."""
     sections: dict = field(default_factory=dict)
     """Config sections this scenario sets on top of its base config."""
     base: str = "grpo_tiny"
@@ -76,6 +78,10 @@ def load_scenario(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
     if unknown:
         raise ConfigError(
             f"{path.name}: unknown [scenario] keys {unknown}; allowed: {', '.join(META_KEYS)}"
+        )
+    if len(meta.get("control", ())) > 1:
+        raise ConfigError(
+            f"{path.name}: [scenario] control must be one setting, not {meta['control']}"
         )
     return Scenario(
         name=name,

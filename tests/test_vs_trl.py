@@ -20,9 +20,16 @@ def test_vs_trl_trains_both_sides_and_reports_them(tmp_path, capsys):
     spec.loader.exec_module(bench)
     out = tmp_path / "vs_trl.json"
     runs = tmp_path / "runs"
-    r = bench.main(["--steps", "2", "--eval-size", "8", "--json", str(out), "--record", str(runs)])
-    assert json.loads(out.read_text())["steps"] == 2
-    assert len(r["timings"]["trl"]) == len(r["timings"]["closedloop"]) == 2
+    argv = ["--steps", "2", "--eval-size", "8", "--json", str(out), "--record", str(runs)]
+    (r,) = bench.main(argv)["runs"]
+    assert json.loads(out.read_text())["runs"][0]["steps"] == 2
+    arms = ("trl", "closedloop", "closedloop_noshare")  # the last: train.shared_prefix=false
+    assert all(len(r["timings"][a]) == len(r["phases"][a]) == 2 for a in arms)
+    for a in arms:  # the five phases and the whole step, each side timed around its own code
+        for p in r["phases"][a]:
+            assert set(p) == {"rollout", "scoring", "update", "sync", "telemetry", "total"}
+            assert p["rollout"][0] > 0 and p["update"][0] > 0 and p["total"][0] > 0  # wall s
+            assert p["total"][1] > 0  # main-thread CPU s
     assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
     assert r["accuracy"]["trl_start"] == r["accuracy"]["base"]  # the same exported base model
     cl, trl = r["recorded"]["closedloop"], r["recorded"]["trl"]
@@ -34,4 +41,4 @@ def test_vs_trl_trains_both_sides_and_reports_them(tmp_path, capsys):
     gate = run_gate(r["trl_run_dir"], record=False)
     assert gate.passed, [(c.id, c.status, c.message) for c in gate.failed()]
     printed = capsys.readouterr().out
-    assert "closedloop / TRL: wall" in printed and "held-out greedy accuracy" in printed
+    assert "closedloop − TRL = " in printed and "saves against TRL" in printed

@@ -19,15 +19,18 @@ SHORT_STEPS = 6
 SLOW_STEPS = 3
 SLOW = ("int4-rollout-no-qat", "nondeterministic-topk")
 
-_RUNS: dict[str, Path] = {}
+_RUNS: dict[tuple[str, tuple[str, ...]], Path] = {}
 
 
-def scenario_run(name: str, tmp_path_factory) -> Path:
-    """The run directory of scenario ``name`` trained short (cached for the test session)."""
-    if name not in _RUNS:
+def scenario_run(name: str, tmp_path_factory, extra: tuple[str, ...] = ()) -> Path:
+    """The run directory of scenario ``name`` (plus ``extra`` overrides) trained short (cached
+    for the test session)."""
+    if (name, extra) not in _RUNS:
         from core.scenario import run_scenario
 
         root = tmp_path_factory.getbasetemp() / "scenario_runs"
         steps = SLOW_STEPS if name in SLOW else SHORT_STEPS
-        _RUNS[name], _ = run_scenario(name, runs_root=root, steps=steps, overrides=SHORT)
-    return _RUNS[name]
+        _RUNS[name, extra], _ = run_scenario(
+            name, runs_root=root, steps=steps, overrides=(*SHORT, *extra)
+        )
+    return _RUNS[name, extra]

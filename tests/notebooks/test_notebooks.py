@@ -79,9 +79,10 @@ def test_investigate_collapse_names_the_injected_cause(tmp_path_factory):
 
 
 def test_train_infer_gap_orders_engines_by_precision(tmp_path_factory, tmp_path):
-    runs = {
-        name: scenario_run(name, tmp_path_factory)
-        for name in ("healthy", "icepop-off-bf16", "int4-rollout-no-qat")
+    runs = {  # fp32 engines, a bf16 rollout engine, int4 rollout weights
+        "healthy": scenario_run("healthy", tmp_path_factory),
+        "bf16": scenario_run("healthy", tmp_path_factory, ('rollout.precision="bf16"',)),
+        "int4-rollout-no-qat": scenario_run("int4-rollout-no-qat", tmp_path_factory),
     }
     for run in runs.values():  # a runs root holding just these three
         (tmp_path / run.name).symlink_to(run, target_is_directory=True)
@@ -111,8 +112,9 @@ def test_memory_notebook_breaks_down_the_peak(tmp_path_factory):
 
 @pytest.mark.slow
 def test_opd_vs_mixrl_reproduces_the_benchmark_table(tmp_path):
-    """The MOPD benchmark at toy size (a few steps per run), then the notebook over its runs: the
-    notebook's table and initial KLs are the benchmark's own (both read the telemetry)."""
+    """The MOPD benchmark at toy size (a few steps per run, one lr, one seed), then the notebook
+    over one cell of its runs: the notebook's table and initial KLs are the benchmark's own (both
+    read the telemetry)."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "mopd.py"
@@ -122,9 +124,10 @@ def test_opd_vs_mixrl_reproduces_the_benchmark_table(tmp_path):
     root = tmp_path / "mopd"
     args = ["--expert-steps", "2", "--student-steps", "2", "--pretrain-steps", "20"]
     args += ["--eval-per-domain", "8", "--prompts", "16", "--topk", "4", "--run-dir", str(root)]
-    assert bench.main(args) == 0
-    table, kl = bench.tables(root)
-    s = execute("opd_vs_mixrl", runs=str(root))
+    assert bench.main([*args, "--lrs", "1e-4", "--seeds", "0"]) == 0
+    cell = bench.cell_dir(root, 1e-4, 0)
+    table, kl = bench.tables(cell)
+    s = execute("opd_vs_mixrl", runs=str(cell))
     assert s["mean"] == pytest.approx(dict(zip(table["arm"], table["mean"])))
     assert list(s["mean"]) == ["sft-base", "mopd-sampled", "mopd-topk", "mixrl"]
     assert s["initial_kl"] == pytest.approx(kl)

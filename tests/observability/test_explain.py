@@ -24,9 +24,9 @@ SHORT_SCENARIOS = [n for n in list_scenarios() if not load_scenario(n).needs]
 
 @pytest.fixture(scope="module")
 def control(tmp_path_factory):
-    """The ``saturated-reward`` scenario's control weights the verifier alone, which is the
-    default reward: the shared ``healthy`` run is that control (same config, same run)."""
-    assert load_scenario("saturated-reward").control == ("rewards.weights={verifier = 1.0}",)
+    """The ``saturated-reward`` scenario's control restores the default reward weights (the
+    verifier alone): the shared ``healthy`` run is that control (same config, same run)."""
+    assert load_scenario("saturated-reward").control == ("rewards.weights={}",)
     return scenario_run("healthy", tmp_path_factory)
 
 
