@@ -6,7 +6,8 @@ steps and episode stream; ``configs/compaction_tiny.toml`` unless stated):
   ``model.max_seq_len`` = 96), its summaries never trained. Evaluated twice: with its full history
   (**the ceiling**: the facts are all in context) and compacted at the budget C = 64 (the seed's
   "ordinary RL" row: a model that never learned to summarise, deployed with compaction);
-- ``untrained summaries``: compaction on in training, but the summary tokens are out of the loss
+- ``untrained summaries``: compaction on in training, the summary tokens out of the loss
+  (``compaction.train_summaries=false``)
   (only the actions train; the summaries stay the base's). What RL gets from compacted rollouts
   without learning to summarise;
 - ``CompactionRL``: summaries are trained actions, (γλ)^{N_{>s}}, global-token loss;
@@ -41,12 +42,12 @@ import stats  # noqa: E402
 warnings.filterwarnings("ignore")
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "compaction_tiny.toml"
 REFERENCE = "CompactionRL"
-ARMS = {  # name -> (config overrides, the summaries train)
-    "no-compaction RL": (["compaction.enabled=false"], True),
-    "untrained summaries": ([], False),
-    "CompactionRL": ([], True),
-    "w/o token-level loss": (['algorithm.loss_agg_mode="seq-mean-token-mean"'], True),
-    "w/o cross-trajectory GAE": (["compaction.cross_segment_discount=false"], True),
+ARMS = {  # name -> the one config setting it differs in from CompactionRL
+    "no-compaction RL": ["compaction.enabled=false"],
+    "untrained summaries": ["compaction.train_summaries=false"],
+    "CompactionRL": [],
+    "w/o token-level loss": ['algorithm.loss_agg_mode="seq-mean-token-mean"'],
+    "w/o cross-trajectory GAE": ["compaction.cross_segment_discount=false"],
 }
 ORDER = ["CompactionRL", "untrained summaries", "no-compaction RL", *list(ARMS)[3:]]
 """Run order within a seed: the reference and its baselines first, then the ablations."""
@@ -116,13 +117,12 @@ def train_once(arm: str, overrides: list[str], *, steps: int, seed: int, threads
     from core.loops.session import Session
     from observability.telemetry import NullTelemetry
 
-    extra, summaries_train = ARMS[arm]
+    extra = ARMS[arm]
     cfg = resolve_config(CONFIG, [*overrides, *extra], steps=steps, seed=seed)
     t0, c0 = time.time(), time.process_time()
     s = Session(cfg, NullTelemetry())
     full_start = full_history_accuracy(s)
-    step_fn = compaction_step if summaries_train else untrained_summary_step
-    out = run_steps(s, step_fn, steps=steps, evaluate_fn=evaluate_compaction)
+    out = run_steps(s, compaction_step, steps=steps, evaluate_fn=evaluate_compaction)
     full_end = full_history_accuracy(s)
     ms = out["steps"]
     return {
@@ -140,44 +140,6 @@ def train_once(arm: str, overrides: list[str], *, steps: int, seed: int, threads
         "reward_last5": sum(m["reward_mean"] for m in ms[-5:]) / max(len(ms[-5:]), 1),
         "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
     }
-
-
-def untrained_summary_step(s, step: int) -> dict:
-    """``core.loops.compaction_rl.compaction_step`` with the summary tokens out of the loss: the
-    rollout compacts as in CompactionRL and every segment shares the final reward, but only the
-    actions train (summary tokens are masked as dropped, outside the loss and its denominator)."""
-    from core.loops.compaction_rl import compaction_rows
-    from core.loops.critic_step import critic_rl_step
-    from core.rollout.compaction import collect_compacted
-
-    cfg, alg = s.cfg, s.cfg.algorithm
-    t0 = time.perf_counter()
-    s.memory.begin_step(step)
-    envs = s.envs.sample(
-        alg.prompts_per_step, seed=cfg.train.seed * 1_000_003 + step, repeats=alg.group_size
-    )
-    out = collect_compacted(
-        s.engine,
-        envs,
-        cfg.rollout.sampling(),
-        tok=s.tok,
-        cfg=cfg.compaction,
-        new_ids=s.ids.samples,
-        group_ids=s.ids.groups(alg.prompts_per_step).repeat_interleave(alg.group_size),
-        generator=s.generator,
-        max_turns=cfg.rollout.max_turns,
-    )
-    out.traj.loss_mask &= ~out.traj.is_role("summary")
-    s.memory.rollout_done(out.traj)
-    tables = {"compactions": compaction_rows(out.events, step=step)} if out.events else {}
-    return critic_rl_step(
-        s,
-        step,
-        out.traj,
-        t0=t0,
-        cross_segment=cfg.compaction.cross_segment_discount,
-        tables=tables,
-    )
 
 
 def full_history_accuracy(s) -> float:

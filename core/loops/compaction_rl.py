@@ -8,7 +8,9 @@
 
 The update is ``core.loops.critic_step`` (``compaction.cross_segment_discount`` switches the
 discount, ``algorithm.loss_agg_mode`` the normalisation: ``global-token`` over M, or
-``seq-mean-token-mean`` — the mean of segment means — for the ablation). One ``compactions`` row
+``seq-mean-token-mean`` — the mean of segment means — for the ablation;
+``compaction.train_summaries = false`` keeps summary tokens out of the loss: the baseline whose
+summaries are not learned). One ``compactions`` row
 per summary. Held-out success always compacts (``core.loops.evaluate``).
 """
 
@@ -43,6 +45,8 @@ def compaction_step(s: Session, step: int) -> dict:
         generator=s.generator,
         max_turns=cfg.rollout.max_turns,
     )
+    if not cfg.compaction.train_summaries:
+        out.traj.loss_mask &= ~out.traj.is_role("summary")
     s.memory.rollout_done(out.traj)
     tables = {"compactions": compaction_rows(out.events, step=step)} if out.events else {}
     return critic_rl_step(

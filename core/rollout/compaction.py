@@ -52,6 +52,9 @@ class CompactionConfig:
     """q_sum: the text appended to the context to ask for a summary."""
     cross_segment_discount: bool = True
     """Scale segment s's advantages by (γλ)^{N_{>s}} (False: local advantages, the ablation)."""
+    train_summaries: bool = True
+    """Summary tokens are trained actions (False: they stay out of the policy and value losses and
+    only the actions train, the baseline whose summaries are not learned)."""
 
     def __post_init__(self) -> None:
         if self.context_budget < 8:

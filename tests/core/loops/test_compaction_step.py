@@ -5,6 +5,7 @@ trainable tokens across segments, and every compaction event matches its segment
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,3 +69,19 @@ def test_denominator_and_compaction_events(compaction_run):
     assert all(n == tokens and pairs == 1 for _, n, pairs, tokens in events)
     n_later = con.execute("SELECT count(*) FROM samples WHERE segment > 0").fetchone()[0]
     assert n_later == len(events)
+
+
+def test_untrained_summaries_keep_summary_tokens_out_of_the_loss(tmp_path):
+    """``compaction.train_summaries = false`` (the benchmark's baseline): the rollout still
+    compacts, but no summary token is in the loss; the actions still train."""
+    from tests.conftest import COMPACTION_TINY, make_run
+
+    config = str(Path(__file__).resolve().parents[3] / "configs" / "compaction_tiny.toml")
+    run = make_run(
+        tmp_path, [*COMPACTION_TINY, "compaction.train_summaries=false"], "untrained", config
+    )
+    t = _tokens(run)
+    summary = t["role"] == "summary"
+    assert summary.any()  # the rollout compacted
+    assert not t["loss_mask"][summary].any()
+    assert t["loss_mask"][t["role"] == "action"].any()
