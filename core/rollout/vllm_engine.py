@@ -76,6 +76,8 @@ class VllmEngine:
         self.dtype = PRECISIONS[precision]
         self.logprob_mode = logprob_mode
         self.instance = instance
+        self.prefix_cache_dropped = True
+        """Whether the last weight load dropped vLLM's prefix cache (read at switch points)."""
         self.policy_version = -1
         self.memory_hooks = None
         self.dsa: dict = {}
@@ -134,7 +136,9 @@ class VllmEngine:
             "reload_weights",
             kwargs={"weights_iterator": list(self._payload.items()), "is_checkpoint_format": True},
         )
-        res.llm.reset_prefix_cache()
+        # False while a running request holds blocks (a switch between decode steps): then
+        # vLLM keeps the keys/values computed under the old weights.
+        self.prefix_cache_dropped = bool(res.llm.reset_prefix_cache())
         res.owner, res.installed = id(self), self._payload
 
     def _ready(self) -> None:

@@ -41,7 +41,7 @@ def decode_turns_vllm(
     def offer() -> None:
         if switch is not None and switch() is not None:
             switches.append(engine.policy_version)
-            if kv_on_switch == "invalidate":  # the reload dropped every cached prefix
+            if engine.prefix_cache_dropped:  # nothing in flight: the reload dropped every prefix
                 kv_versions.clear()
 
     offer()  # a version staged before the turn

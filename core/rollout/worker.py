@@ -150,6 +150,8 @@ class RolloutWorker:
         event = self.weights.switch_point()
         if event is not None:
             self.kv.switched(event.version)
+            if self.spec.engine == "vllm" and self.engine.prefix_cache_dropped:
+                self._vllm_kv.clear()  # no session keeps keys/values of the old version
             self._emit(event)
         return event
 
