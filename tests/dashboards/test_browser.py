@@ -106,7 +106,8 @@ def test_live_dashboard_in_chromium(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
-    # More steps than the test needs: the run is certainly still writing while the pages load;
+    # Far more steps than the test needs (300 ran out on a loaded CI machine before the first page
+    # rendered): the run is certainly still writing while the pages load;
     # it is stopped with SIGTERM at the end (the dashboard must then show it as failed).
     # One torch thread, so the server and the browser get the other core.
     train = subprocess.Popen(
@@ -116,7 +117,7 @@ def test_live_dashboard_in_chromium(tmp_path):
             "--run-dir",
             str(root),
             "--steps",
-            "300",
+            "100000",
             "--name",
             "live",
             *(f"--set={kv}" for kv in TRAIN_SET),
